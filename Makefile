@@ -1,0 +1,50 @@
+# Pagoda's dev loop. `make setup` builds .venv on a fresh machine; every other target
+# depends on it, so `make run` and `make test` work straight after a clone.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+TORCH_VERSION := $(shell sed -n 's/^torch==//p' constraints.txt)
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+TINY_MODEL := .cache/tiny-llama
+
+.PHONY: setup test lint format run clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	@# A CPU-only machine prefers the small CPU build of torch when its index is reachable;
+	@# otherwise PyPI's default build (which also runs on CPU) is installed below.
+	@if ! command -v nvidia-smi >/dev/null 2>&1; then \
+		$(BIN)/pip install --quiet --retries 0 --timeout 15 --index-url $(TORCH_CPU_INDEX) \
+			"torch==$(TORCH_VERSION)" 2>/dev/null \
+		&& echo "installed the CPU build of torch $(TORCH_VERSION)" \
+		|| echo "the CPU build of torch is not reachable here; installing PyPI's default build"; \
+	fi
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $@
+
+test: setup
+	$(BIN)/pytest
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+$(TINY_MODEL)/config.json: | setup
+	$(BIN)/pagoda make-tiny-model $(TINY_MODEL) --arch llama
+
+run: setup $(TINY_MODEL)/config.json
+	$(BIN)/pagoda generate $(TINY_MODEL) --max-tokens 32 \
+		--prompt "The paged KV cache lets a server" \
+		--prompt "Continuous batching means"
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache .ruff_cache .hypothesis
