@@ -1,0 +1,22 @@
+"""Pagoda's inference engine: paged KV cache, continuous batching, Llama-family models.
+
+from pagoda.engine import LLM, SamplingParams
+llm = LLM(model="path/to/checkpoint")
+outputs = llm.generate(["Hello"], SamplingParams(max_tokens=16))
+"""
+
+from pagoda.engine.async_llm import AsyncLLM, EngineDeadError
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.llm import LLM
+from pagoda.engine.outputs import CompletionOutput, RequestOutput
+from pagoda.engine.sampling_params import SamplingParams
+
+__all__ = [
+    "LLM",
+    "AsyncLLM",
+    "CompletionOutput",
+    "EngineConfig",
+    "EngineDeadError",
+    "RequestOutput",
+    "SamplingParams",
+]

@@ -1,0 +1,103 @@
+"""The engine's subcommands of `pagoda`: make-tiny-model and generate."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    tiny = subparsers.add_parser(
+        "make-tiny-model",
+        help="write a small random-weight Hugging Face checkpoint (no network needed)",
+    )
+    tiny.add_argument("out_dir", metavar="OUT_DIR")
+    tiny.add_argument("--arch", default="llama", choices=["llama", "mistral", "qwen2", "qwen3"])
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.set_defaults(handler=_make_tiny_model)
+
+    generate = subparsers.add_parser(
+        "generate", help="generate completions for prompts offline (no server)"
+    )
+    generate.add_argument("model", metavar="MODEL_DIR")
+    generate.add_argument(
+        "--prompt",
+        action="append",
+        default=[],
+        help="a prompt (repeatable); read from stdin, one per line, if none",
+    )
+    generate.add_argument("--max-tokens", type=int, default=32)
+    generate.add_argument("--temperature", type=float, default=0.0)
+    generate.add_argument("--seed", type=int, default=None, help="per-request sampling seed")
+    add_engine_arguments(generate)
+    generate.set_defaults(handler=_generate)
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags shared by every command that starts an engine (names as in `vllm serve`)."""
+    parser.add_argument("--dtype", default="auto", help="auto, float32, float16 or bfloat16")
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
+    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=None)
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument(
+        "--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True
+    )
+    parser.add_argument(
+        "--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True
+    )
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument(
+        "--kv-cache-memory-bytes",
+        type=int,
+        default=None,
+        help="KV-cache size on CPU (default 1 GiB)",
+    )
+    parser.add_argument("--scheduling-policy", default="fcfs", choices=["fcfs", "priority"])
+    parser.add_argument("--tensor-parallel-size", type=int, default=1)
+
+
+def engine_kwargs(args: argparse.Namespace) -> dict:
+    return {
+        "dtype": args.dtype,
+        "device": args.device,
+        "max_model_len": args.max_model_len,
+        "max_num_seqs": args.max_num_seqs,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "block_size": args.block_size,
+        "enable_prefix_caching": args.enable_prefix_caching,
+        "enable_chunked_prefill": args.enable_chunked_prefill,
+        "gpu_memory_utilization": args.gpu_memory_utilization,
+        "kv_cache_memory_bytes": args.kv_cache_memory_bytes,
+        "scheduling_policy": args.scheduling_policy,
+        "tensor_parallel_size": args.tensor_parallel_size,
+    }
+
+
+def _make_tiny_model(args: argparse.Namespace) -> int:
+    from pagoda.engine.tools.tiny_model import make_tiny_model
+
+    path = make_tiny_model(args.out_dir, args.arch, args.seed)
+    print(path)
+    return 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from pagoda.engine import LLM, SamplingParams
+
+    prompts = args.prompt or [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    if not prompts:
+        raise ValueError("no prompts: pass --prompt TEXT or pipe lines on stdin")
+    llm = LLM(args.model, **engine_kwargs(args))
+    params = SamplingParams(
+        max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed
+    )
+    for output in llm.generate(prompts, params):
+        completion = output.outputs[0]
+        print(
+            f"--- {output.prompt!r} ({completion.finish_reason}, "
+            f"{len(completion.token_ids)} tokens)"
+        )
+        print(output.prompt + completion.text)
+    return 0

@@ -1,0 +1,62 @@
+"""The engine core: scheduler + model runner, one step at a time.
+
+It knows token ids only; text lives in the frontend. `step()` schedules, runs the model
+and turns the sampled tokens into per-request outputs.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.core.kv_cache_manager import KVCacheManager
+from pagoda.engine.core.messages import EngineCoreOutput
+from pagoda.engine.core.scheduler import Scheduler, SchedulerStats
+from pagoda.engine.request import Request
+
+logger = logging.getLogger(__name__)
+
+
+class EngineCore:
+    def __init__(self, config: EngineConfig) -> None:
+        from pagoda.engine.runner.model_runner import ModelRunner
+
+        self.config = config
+        self.runner = ModelRunner(config)
+        num_blocks = self.runner.determine_num_blocks()
+        self.runner.init_kv_cache(num_blocks)
+        self.kv_cache = KVCacheManager(
+            num_blocks,
+            config.block_size,
+            enable_prefix_caching=config.enable_prefix_caching,
+            hash_seed=config.prefix_cache_hash_seed,
+        )
+        self.scheduler = Scheduler(config.scheduler_config(), self.kv_cache)
+
+    def add_request(self, request: Request) -> None:
+        self.check_fits(request)
+        self.scheduler.add_request(request)
+
+    def check_fits(self, request: Request) -> None:
+        """Refuse a request that could not fit even if it had the whole KV cache."""
+        if not self.kv_cache.can_fit(request.max_total_tokens):
+            raise ValueError(
+                f"request {request.request_id} may need {request.max_total_tokens} tokens of "
+                f"KV cache, but the whole cache holds "
+                f"{self.kv_cache.num_blocks * self.kv_cache.block_size}: lower max_tokens or "
+                "give the cache more memory"
+            )
+
+    def abort_requests(self, request_ids: list[str]) -> list[EngineCoreOutput]:
+        return self.scheduler.abort_requests(request_ids)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests()
+
+    def step(self) -> list[EngineCoreOutput]:
+        scheduled = self.scheduler.schedule()
+        result = self.runner.execute(scheduled)
+        return self.scheduler.update_from_output(scheduled, result)
+
+    def stats(self) -> SchedulerStats:
+        return self.scheduler.stats()

@@ -1,0 +1,242 @@
+"""The scheduler: one rule, no prefill or decode phases.
+
+Each request has `num_computed_tokens` and `num_tokens`; every step hands out a token
+budget so the first catches up with the second. Running requests are served first, then
+waiting ones. Chunked prefill falls out of the budget; when blocks run out the policy's
+victim (the newest under FCFS) is preempted and recomputed later.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from pagoda.engine.core.kv_cache_manager import KVCacheManager
+from pagoda.engine.core.messages import (
+    CachedRequestData,
+    EngineCoreOutput,
+    ModelRunnerOutput,
+    NewRequestData,
+    SchedulerOutput,
+)
+from pagoda.engine.core.request_queue import make_request_queue
+from pagoda.engine.request import Request, RequestStatus
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SchedulerConfig:
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    enable_chunked_prefill: bool = True
+    policy: str = "fcfs"
+
+    def validate(self) -> None:
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.max_num_batched_tokens < 1:
+            raise ValueError(
+                f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}"
+            )
+
+
+@dataclass
+class SchedulerStats:
+    num_running: int
+    num_waiting: int
+    kv_cache_usage: float
+    num_preemptions_total: int
+    prefix_cache_queries_total: int
+    prefix_cache_hits_total: int
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, kv_cache: KVCacheManager) -> None:
+        config.validate()
+        self.config = config
+        self.kv_cache = kv_cache
+        self.requests: dict[str, Request] = {}
+        self.waiting = make_request_queue(config.policy)
+        self.running: list[Request] = []
+        self._finished_ids: set[str] = set()  # ended since the last step
+        # How many of each request's block ids the runner holds (absent: runner never saw it).
+        self._num_sent_blocks: dict[str, int] = {}
+        self.num_preemptions_total = 0
+
+    # -- requests in and out ---------------------------------------------------------
+
+    def add_request(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise ValueError(f"request id {request.request_id!r} is already in use")
+        self.requests[request.request_id] = request
+        self.waiting.add(request)
+
+    def abort_requests(self, request_ids) -> list[EngineCoreOutput]:
+        outputs = []
+        for request_id in request_ids:
+            request = self.requests.get(request_id)
+            if request is None:
+                continue  # already finished: aborting is idempotent
+            if request.status == RequestStatus.RUNNING:
+                self.running.remove(request)
+            else:
+                self.waiting.remove(request)
+            request.status = RequestStatus.FINISHED_ABORTED
+            self._finish(request)
+            outputs.append(self._output(request, []))
+        return outputs
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.running) or len(self.waiting) > 0
+
+    # -- one step --------------------------------------------------------------------
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput(finished_request_ids=self._finished_ids)
+        self._finished_ids = set()
+        budget, preempted = self._schedule_running(out, self.config.max_num_batched_tokens)
+        if not preempted:  # blocks are short: let the running requests drain first
+            self._schedule_waiting(out, budget)
+        return out
+
+    def _schedule_running(self, out: SchedulerOutput, budget: int) -> tuple[int, bool]:
+        preempted = False
+        index = 0
+        while index < len(self.running) and budget > 0:
+            request = self.running[index]
+            num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+            while not self.kv_cache.allocate_slots(request, num_new):
+                victim = self.waiting.pick_victim(self.running)
+                victim_index = self.running.index(victim)
+                budget += self._preempt(victim, out)
+                preempted = True
+                if victim is request:
+                    break  # the next request now sits at `index`
+                if victim_index < index:
+                    index -= 1  # it was scheduled earlier this step and left the list
+            else:
+                self._schedule_cached(out, request, num_new)
+                budget -= num_new
+                index += 1
+        return budget, preempted
+
+    def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
+        while len(self.waiting) and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            request = self.waiting.peek()
+            computed_blocks, num_hit = self.kv_cache.get_computed_blocks(request)
+            num_new = request.num_tokens - num_hit
+            if num_new > budget and not self.config.enable_chunked_prefill:
+                break
+            num_new = min(num_new, budget)
+            if not self.kv_cache.allocate_slots(request, num_new, computed_blocks):
+                break
+            self.waiting.pop()
+            self.kv_cache.record_prefix_query(request.num_tokens, num_hit)
+            self._admit(out, request, num_hit, num_new)
+            budget -= num_new
+
+    def _admit(self, out: SchedulerOutput, request: Request, num_hit: int, num_new: int) -> None:
+        request.status = RequestStatus.RUNNING
+        request.num_computed_tokens = num_hit
+        if request.first_scheduled_time is None:
+            request.first_scheduled_time = time.monotonic()
+            request.num_cached_prompt_tokens = num_hit
+        self.running.append(request)
+        block_ids = self.kv_cache.block_ids(request.request_id)
+        if request.request_id in self._num_sent_blocks:  # resumed after preemption
+            out.cached_requests.append(
+                CachedRequestData(request.request_id, block_ids, num_hit, resumed=True)
+            )
+        else:
+            out.new_requests.append(
+                NewRequestData(
+                    request.request_id,
+                    request.prompt_token_ids,
+                    request.sampling_params,
+                    block_ids,
+                    num_hit,
+                    request.lora_id,
+                )
+            )
+        self._num_sent_blocks[request.request_id] = len(block_ids)
+        out.num_scheduled_tokens[request.request_id] = num_new
+
+    def _schedule_cached(self, out: SchedulerOutput, request: Request, num_new: int) -> None:
+        block_ids = self.kv_cache.block_ids(request.request_id)
+        num_sent = self._num_sent_blocks[request.request_id]
+        self._num_sent_blocks[request.request_id] = len(block_ids)
+        out.cached_requests.append(
+            CachedRequestData(request.request_id, block_ids[num_sent:], request.num_computed_tokens)
+        )
+        out.num_scheduled_tokens[request.request_id] = num_new
+
+    def _preempt(self, request: Request, out: SchedulerOutput) -> int:
+        """Free the request's blocks and queue it for recompute; returns budget freed."""
+        self.running.remove(request)
+        self.kv_cache.free(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.num_preemptions_total += 1
+        self.waiting.add_preempted(request)
+        logger.debug("preempted %s (blocks ran out)", request.request_id)
+        num_given_back = out.num_scheduled_tokens.pop(request.request_id, 0)
+        if num_given_back:
+            out.cached_requests = [
+                data for data in out.cached_requests if data.request_id != request.request_id
+            ]
+        return num_given_back
+
+    # -- results of a step -----------------------------------------------------------
+
+    def update_from_output(
+        self, scheduled: SchedulerOutput, result: ModelRunnerOutput
+    ) -> list[EngineCoreOutput]:
+        self.kv_cache.mark_step_computed()
+        outputs = []
+        for request_id, num_tokens in scheduled.num_scheduled_tokens.items():
+            request = self.requests.get(request_id)
+            if request is None:
+                continue  # aborted while the step ran
+            request.num_computed_tokens += num_tokens
+            token_id = result.sampled_token_ids.get(request_id)
+            if token_id is None:
+                continue  # a prefill chunk that did not reach the end of the prompt
+            request.append_output_token(token_id)
+            if request.check_stop():
+                self.running.remove(request)
+                self._finish(request)
+            logprobs = result.logprobs.get(request_id)
+            outputs.append(self._output(request, [token_id], [logprobs] if logprobs else None))
+        return outputs
+
+    def _finish(self, request: Request) -> None:
+        self.kv_cache.free(request)
+        del self.requests[request.request_id]
+        if self._num_sent_blocks.pop(request.request_id, None) is not None:
+            self._finished_ids.add(request.request_id)
+
+    @staticmethod
+    def _output(request: Request, token_ids: list[int], logprobs=None) -> EngineCoreOutput:
+        finish_reason = request.status.value if request.finished else None
+        return EngineCoreOutput(
+            request_id=request.request_id,
+            new_token_ids=token_ids,
+            new_logprobs=logprobs,
+            finish_reason=finish_reason,
+            stop_reason=request.stop_reason,
+            num_prompt_tokens=request.num_prompt_tokens,
+            num_cached_tokens=request.num_cached_prompt_tokens,
+        )
+
+    def stats(self) -> SchedulerStats:
+        return SchedulerStats(
+            num_running=len(self.running),
+            num_waiting=len(self.waiting),
+            kv_cache_usage=self.kv_cache.usage(),
+            num_preemptions_total=self.num_preemptions_total,
+            prefix_cache_queries_total=self.kv_cache.stats.queries,
+            prefix_cache_hits_total=self.kv_cache.stats.hits,
+        )

@@ -1,0 +1,149 @@
+"""Triton paged attention for ragged batches that mix prefill and decode tokens.
+
+One program per (sequence, query head, block of BLOCK_M queries) walks the sequence's KV
+blocks with an online softmax (flash-attention style), so prefill chunks and single decode
+tokens go through the same kernel. A first correct version: split-K decode and tuning come
+with the performance work. Runs on the GPU, and on the CPU under TRITON_INTERPRET=1.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from pagoda.engine.layers.attention_metadata import AttentionMetadata
+
+BLOCK_M = 16
+
+
+@triton.jit
+def _paged_attention_kernel(
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    out_ptr,
+    block_tables_ptr,
+    query_start_loc_ptr,
+    seq_lens_ptr,
+    scale,
+    sliding_window,  # 0: no window
+    stride_q_token,
+    stride_q_head,
+    stride_o_token,
+    stride_o_head,
+    stride_cache_block,
+    stride_cache_slot,
+    stride_cache_head,
+    stride_table_seq,
+    QUERIES_PER_KV: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PADDED: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    IEEE_FP32: tl.constexpr,
+):
+    seq = tl.program_id(0)
+    head = tl.program_id(1)
+    m_block = tl.program_id(2)
+    q_start = tl.load(query_start_loc_ptr + seq)
+    q_len = tl.load(query_start_loc_ptr + seq + 1) - q_start
+    if m_block * BLOCK_M >= q_len:
+        return
+    seq_len = tl.load(seq_lens_ptr + seq)
+    context_len = seq_len - q_len  # tokens before the first query
+
+    offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM_PADDED)
+    m_mask = offs_m < q_len
+    d_mask = offs_d < HEAD_DIM
+    q_pos = context_len + offs_m  # absolute positions of these queries
+    q_ptrs = q_ptr + (q_start + offs_m)[:, None] * stride_q_token + head * stride_q_head
+    q = tl.load(q_ptrs + offs_d[None, :], mask=m_mask[:, None] & d_mask[None, :], other=0.0)
+
+    kv_head = head // QUERIES_PER_KV
+    kv_end = tl.minimum(seq_len, context_len + (m_block + 1) * BLOCK_M)
+    kv_start = 0
+    if sliding_window > 0:
+        first_visible = tl.maximum(context_len + m_block * BLOCK_M - sliding_window + 1, 0)
+        kv_start = (first_visible // BLOCK_SIZE) * BLOCK_SIZE
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM_PADDED], dtype=tl.float32)
+    offs_slot = tl.arange(0, BLOCK_SIZE)
+    for start in range(kv_start, kv_end, BLOCK_SIZE):
+        block_id = tl.load(block_tables_ptr + seq * stride_table_seq + start // BLOCK_SIZE)
+        base = block_id.to(tl.int64) * stride_cache_block + kv_head * stride_cache_head
+        kv_offs = base + offs_slot[None, :] * stride_cache_slot + offs_d[:, None]
+        offs_n = start + offs_slot
+        k = tl.load(k_cache_ptr + kv_offs, mask=d_mask[:, None], other=0.0)  # [D, BLOCK_SIZE]
+        if IEEE_FP32:  # noqa: SIM108 - constexpr branches compile separately
+            s = tl.dot(q, k, input_precision="ieee")
+        else:
+            s = tl.dot(q, k)
+        s = s * scale
+        visible = (offs_n[None, :] <= q_pos[:, None]) & (offs_n[None, :] < seq_len)
+        if sliding_window > 0:
+            visible = visible & (offs_n[None, :] > q_pos[:, None] - sliding_window)
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
+        p = tl.exp(s - m_safe[:, None])
+        alpha = tl.exp(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_cache_ptr + tl.trans(kv_offs), mask=d_mask[None, :], other=0.0)
+        if IEEE_FP32:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+
+    out = acc / l_i[:, None]
+    o_ptrs = out_ptr + (q_start + offs_m)[:, None] * stride_o_token + head * stride_o_head
+    tl.store(
+        o_ptrs + offs_d[None, :],
+        out.to(out_ptr.dtype.element_ty),
+        mask=m_mask[:, None] & d_mask[None, :],
+    )
+
+
+def paged_attention(
+    query: torch.Tensor,
+    kv_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+    sliding_window: int | None = None,
+) -> torch.Tensor:
+    """Same contract as kernels.reference.paged_attention."""
+    _, num_heads, head_dim = query.shape
+    _, _, block_size, num_kv_heads, _ = kv_cache.shape
+    out = torch.empty_like(query)
+    key_cache, value_cache = kv_cache[0], kv_cache[1]
+    grid = (meta.num_seqs, num_heads, triton.cdiv(meta.max_query_len, BLOCK_M))
+    _paged_attention_kernel[grid](
+        query,
+        key_cache,
+        value_cache,
+        out,
+        meta.block_tables,
+        meta.query_start_loc,
+        meta.seq_lens,
+        scale,
+        sliding_window or 0,
+        query.stride(0),
+        query.stride(1),
+        out.stride(0),
+        out.stride(1),
+        key_cache.stride(0),
+        key_cache.stride(1),
+        key_cache.stride(2),
+        meta.block_tables.stride(0),
+        QUERIES_PER_KV=num_heads // num_kv_heads,
+        HEAD_DIM=head_dim,
+        HEAD_DIM_PADDED=max(16, triton.next_power_of_2(head_dim)),
+        BLOCK_SIZE=block_size,
+        BLOCK_M=BLOCK_M,
+        IEEE_FP32=query.dtype == torch.float32,
+    )
+    return out

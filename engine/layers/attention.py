@@ -1,0 +1,52 @@
+"""The attention layer: write this step's K/V into the paged cache, then attend over it.
+
+Every layer writes all tokens' K/V before any token attends, so requests in one batch can
+share prefix blocks that are being filled in the same step.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from pagoda.engine.kernels import reference
+from pagoda.engine.layers.attention_metadata import AttentionMetadata
+
+BACKENDS = ("torch", "triton")
+
+
+def attention_function(backend: str):
+    if backend == "torch":
+        return reference.paged_attention
+    if backend == "triton":
+        from pagoda.engine.kernels import triton_attention
+
+        return triton_attention.paged_attention
+    raise ValueError(f"unknown attention backend {backend!r}: use one of {', '.join(BACKENDS)}")
+
+
+class Attention(nn.Module):
+    def __init__(
+        self,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        sliding_window: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.scale = head_dim**-0.5
+        self.sliding_window = sliding_window
+        self.kv_cache: torch.Tensor | None = None  # bound by the model runner
+        self.attend = reference.paged_attention
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata
+    ) -> torch.Tensor:
+        # q: [num_tokens, heads, dim]; k, v: [num_tokens, kv_heads, dim]
+        if self.kv_cache is None:
+            raise RuntimeError("the KV cache is not bound: call ModelRunner.init_kv_cache first")
+        reference.store_kv(k, v, self.kv_cache, meta.slot_mapping)
+        return self.attend(q, self.kv_cache, meta, self.scale, self.sliding_window)

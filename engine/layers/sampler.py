@@ -1,0 +1,145 @@
+"""From logits to the next token of every request in the batch.
+
+Order as in vLLM: min_tokens mask, penalties, (greedy argmax here), temperature, min_p,
+top_k/top_p, then sampling by the exponential race argmax(p / q) with q ~ Exp(1), which
+lets each seeded request draw its q from its own generator: a seeded request samples the
+same tokens whatever else is in the batch. Logprobs are of the raw model distribution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from pagoda.engine.core.messages import Logprobs
+
+
+@dataclass
+class SamplingBatch:
+    """Per-row sampling settings, one row per request that samples this step."""
+
+    temperature: torch.Tensor  # [rows] fp32; rows with greedy set are ignored
+    greedy: torch.Tensor  # [rows] bool
+    top_k: torch.Tensor | None  # [rows] int64, vocab size = off
+    top_p: torch.Tensor | None  # [rows] fp32
+    min_p: torch.Tensor | None  # [rows] fp32
+    generators: dict[int, torch.Generator] = field(default_factory=dict)
+    penalties: Penalties | None = None
+    # (row, token ids that may not be sampled yet: min_tokens not reached)
+    banned: list[tuple[int, list[int]]] = field(default_factory=list)
+    num_logprobs: list[int | None] = field(default_factory=list)
+
+    @property
+    def all_greedy(self) -> bool:
+        return bool(self.greedy.all())
+
+
+@dataclass
+class Penalties:
+    repetition: torch.Tensor  # [rows] fp32, 1 = off
+    presence: torch.Tensor  # [rows] fp32, 0 = off
+    frequency: torch.Tensor  # [rows] fp32, 0 = off
+    seen_mask: torch.Tensor  # [rows, vocab] bool: in prompt or output
+    output_counts: torch.Tensor  # [rows, vocab] fp32
+
+
+@dataclass
+class SamplerOutput:
+    token_ids: list[int]
+    logprobs: dict[int, Logprobs]  # row → logprobs, for rows that asked
+
+
+class Sampler:
+    def __init__(self, generator: torch.Generator | None = None) -> None:
+        self.generator = generator  # for unseeded rows; seeded by the engine's seed
+
+    def __call__(self, logits: torch.Tensor, batch: SamplingBatch) -> SamplerOutput:
+        # logits: [rows, vocab] fp32
+        raw_logprobs = None
+        if any(k is not None for k in batch.num_logprobs):
+            raw_logprobs = logits.log_softmax(dim=-1)
+        logits = self._process(logits, batch)
+        token_ids = self._sample(logits, batch)
+        logprobs = {} if raw_logprobs is None else _gather_logprobs(raw_logprobs, token_ids, batch)
+        return SamplerOutput(token_ids.tolist(), logprobs)
+
+    def _process(self, logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+        if batch.banned or batch.penalties is not None:
+            logits = logits.clone()
+        for row, token_ids in batch.banned:
+            logits[row, token_ids] = float("-inf")
+        if batch.penalties is not None:
+            logits = apply_penalties(logits, batch.penalties)
+        return logits
+
+    def _sample(self, logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+        greedy_ids = logits.argmax(dim=-1)
+        if batch.all_greedy:
+            return greedy_ids
+        temperature = torch.where(batch.greedy, 1.0, batch.temperature)
+        logits = logits / temperature[:, None]
+        if batch.min_p is not None:
+            logits = apply_min_p(logits, batch.min_p)
+        if batch.top_k is not None or batch.top_p is not None:
+            logits = apply_top_k_top_p(logits, batch.top_k, batch.top_p)
+        probs = logits.softmax(dim=-1)
+        noise = torch.empty_like(probs)
+        if len(batch.generators) < probs.shape[0]:
+            noise.exponential_(generator=self.generator)
+        for row, generator in batch.generators.items():
+            noise[row].exponential_(generator=generator)
+        random_ids = (probs / noise).argmax(dim=-1)
+        return torch.where(batch.greedy, greedy_ids, random_ids)
+
+
+def apply_penalties(logits: torch.Tensor, penalties: Penalties) -> torch.Tensor:
+    repetition = penalties.repetition[:, None]
+    penalized = torch.where(logits > 0, logits / repetition, logits * repetition)
+    logits = torch.where(penalties.seen_mask, penalized, logits)
+    logits = logits - penalties.frequency[:, None] * penalties.output_counts
+    return logits - penalties.presence[:, None] * (penalties.output_counts > 0).float()
+
+
+def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    probs = logits.softmax(dim=-1)
+    threshold = probs.max(dim=-1, keepdim=True).values * min_p[:, None]
+    return logits.masked_fill(probs < threshold, float("-inf"))
+
+
+def apply_top_k_top_p(
+    logits: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None
+) -> torch.Tensor:
+    sorted_logits, order = logits.sort(dim=-1, descending=False)
+    vocab = logits.shape[-1]
+    if top_k is not None:
+        # Keep the k largest: drop everything below the k-th largest value.
+        kth = sorted_logits.gather(-1, (vocab - top_k.clamp(1, vocab))[:, None])
+        sorted_logits = sorted_logits.masked_fill(sorted_logits < kth, float("-inf"))
+    if top_p is not None:
+        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        drop = cumulative <= (1 - top_p[:, None])
+        drop[:, -1] = False  # the most likely token always stays
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
+
+
+def _gather_logprobs(
+    raw: torch.Tensor, token_ids: torch.Tensor, batch: SamplingBatch
+) -> dict[int, Logprobs]:
+    rows = [row for row, k in enumerate(batch.num_logprobs) if k is not None]
+    max_k = max(batch.num_logprobs[row] for row in rows)
+    index = torch.tensor(rows, device=raw.device)
+    selected = raw[index]  # [len(rows), vocab]
+    chosen = token_ids[index]
+    chosen_lp = selected.gather(-1, chosen[:, None])  # [len(rows), 1]
+    ranks = (selected > chosen_lp).sum(dim=-1) + 1
+    top_lp, top_ids = selected.topk(max_k, dim=-1) if max_k else (None, None)
+    out = {}
+    for i, row in enumerate(rows):
+        k = batch.num_logprobs[row]
+        top = (
+            [] if not k else list(zip(top_ids[i, :k].tolist(), top_lp[i, :k].tolist(), strict=True))
+        )
+        out[row] = Logprobs(int(chosen[i]), float(chosen_lp[i, 0]), int(ranks[i]), top)
+    return out

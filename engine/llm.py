@@ -1,0 +1,115 @@
+"""`LLM`: offline batch generation, vLLM's API on Pagoda's engine."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Sequence
+
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.llm_engine import LLMEngine
+from pagoda.engine.outputs import RequestOutput
+from pagoda.engine.processing.tokenizer import apply_chat_template
+from pagoda.engine.sampling_params import SamplingParams
+
+
+class LLM:
+    """Generate for many prompts at once, batched continuously over a paged KV cache.
+
+    >>> llm = LLM(model="path/to/hf-checkpoint")
+    >>> llm.generate(["Hello"], SamplingParams(max_tokens=8))[0].outputs[0].text
+    """
+
+    def __init__(self, model: str, **engine_args) -> None:
+        self.engine = LLMEngine(EngineConfig(model=model, **engine_args).resolve())
+        self._ids = itertools.count()
+
+    @property
+    def config(self) -> EngineConfig:
+        return self.engine.config
+
+    def get_tokenizer(self):
+        return self.engine.tokenizer
+
+    def generate(
+        self,
+        prompts,
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        priority: Sequence[int] | None = None,
+    ) -> list[RequestOutput]:
+        """One finished RequestOutput per prompt, in order.
+
+        Prompts are strings, token-id lists or {"prompt_token_ids": [...]} dicts, one or a
+        list. Every prompt is checked before any runs: a bad one raises ValueError and
+        nothing is queued.
+        """
+        prompts = _as_prompt_list(prompts)
+        params = _per_prompt(sampling_params, len(prompts), "sampling_params")
+        priorities = _per_prompt(priority, len(prompts), "priority", default=0)
+        prepared = [
+            self.engine.prepare(
+                str(next(self._ids)),
+                prompt,
+                dataclasses.replace(p, output_kind="final_only"),
+                priority=prio,
+            )
+            for prompt, p, prio in zip(prompts, params, priorities, strict=True)
+        ]
+        for request in prepared:
+            self.engine.submit(request)
+        return self._run([request.request_id for request in prepared])
+
+    def chat(
+        self,
+        messages: list[dict] | list[list[dict]],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        chat_template: str | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[RequestOutput]:
+        """Generate replies to one conversation or a list of them (the model's template)."""
+        conversations = messages if messages and isinstance(messages[0], list) else [messages]
+        prompts = [
+            {
+                "prompt_token_ids": apply_chat_template(
+                    self.get_tokenizer(), conversation, add_generation_prompt, chat_template
+                )
+            }
+            for conversation in conversations
+        ]
+        return self.generate(prompts, sampling_params)
+
+    def _run(self, request_ids: list[str]) -> list[RequestOutput]:
+        finished: dict[str, RequestOutput] = {}
+        try:
+            while len(finished) < len(request_ids):
+                if not self.engine.has_unfinished_requests():
+                    raise RuntimeError("the engine went idle with requests unfinished")
+                for output in self.engine.step():
+                    if output.finished:
+                        finished[output.request_id] = output
+        except BaseException:
+            for request_id in request_ids:  # leave the engine clean for the next call
+                if request_id not in finished:
+                    self.engine.abort_request(request_id)
+            raise
+        return [finished[request_id] for request_id in request_ids]
+
+
+def _as_prompt_list(prompts) -> list:
+    if isinstance(prompts, (str, dict)):
+        return [prompts]
+    if isinstance(prompts, list) and prompts and all(isinstance(t, int) for t in prompts):
+        return [prompts]  # one prompt of token ids
+    if isinstance(prompts, (list, tuple)) and prompts:
+        return list(prompts)
+    raise ValueError("prompts must be a string, a token-id list, or a non-empty list of those")
+
+
+def _per_prompt(value, count: int, name: str, default=None) -> list:
+    if value is None:
+        return [SamplingParams() if default is None else default] * count
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        if len(value) != count:
+            raise ValueError(f"{name} has {len(value)} entries for {count} prompts")
+        return list(value)
+    return [value] * count

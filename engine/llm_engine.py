@@ -1,0 +1,89 @@
+"""The synchronous engine: input processing, the engine core and output processing.
+
+`LLM` drives it in a loop; `AsyncLLM` drives it from a background thread. Preparing a
+request (tokenize, validate) is side-effect free and may run in any thread; everything
+else belongs to the thread that calls `step()`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.core.engine_core import EngineCore
+from pagoda.engine.outputs import RequestOutput
+from pagoda.engine.processing.input_processor import InputProcessor, ProcessedPrompt, Prompt
+from pagoda.engine.processing.output_processor import OutputProcessor
+from pagoda.engine.processing.tokenizer import load_tokenizer
+from pagoda.engine.request import Request
+from pagoda.engine.sampling_params import SamplingParams
+
+
+@dataclass
+class PreparedRequest:
+    request_id: str
+    prompt: ProcessedPrompt
+    params: SamplingParams
+    core_requests: list[Request]
+    arrival_time: float
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig, tokenizer=None) -> None:
+        self.config = config if config.model_config is not None else config.resolve()
+        self.tokenizer = tokenizer or load_tokenizer(self.config.tokenizer)
+        self.input_processor = InputProcessor(self.config, self.tokenizer)
+        self.output_processor = OutputProcessor(self.tokenizer)
+        self.core = EngineCore(self.config)
+
+    def prepare(
+        self,
+        request_id: str,
+        prompt: Prompt,
+        params: SamplingParams | None = None,
+        priority: int = 0,
+        cache_salt: str | None = None,
+    ) -> PreparedRequest:
+        """Tokenize and check a request; raises ValueError without touching any state."""
+        params = params or SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"sampling params must be SamplingParams, got {type(params).__name__}")
+        processed = self.input_processor.process_prompt(prompt)
+        core_requests = self.input_processor.make_requests(
+            request_id, processed, params, priority, cache_salt
+        )
+        self.core.check_fits(core_requests[0])
+        return PreparedRequest(request_id, processed, params, core_requests, time.monotonic())
+
+    def submit(self, prepared: PreparedRequest) -> None:
+        if prepared.request_id in self.output_processor:
+            raise ValueError(f"request id {prepared.request_id!r} is already in use")
+        self.output_processor.add_request(
+            prepared.request_id,
+            prepared.prompt,
+            prepared.params,
+            [request.request_id for request in prepared.core_requests],
+            prepared.arrival_time,
+        )
+        for request in prepared.core_requests:
+            request.arrival_time = prepared.arrival_time
+            self.core.add_request(request)
+
+    def add_request(self, request_id: str, prompt: Prompt, params=None, **kwargs) -> None:
+        self.submit(self.prepare(request_id, prompt, params, **kwargs))
+
+    def abort_request(self, request_id: str) -> RequestOutput | None:
+        """Stop a request and free its blocks; returns its final output (None if unknown)."""
+        core_ids, final_output = self.output_processor.abort(request_id)
+        self.core.abort_requests(core_ids)
+        return final_output
+
+    def has_unfinished_requests(self) -> bool:
+        return len(self.output_processor) > 0 or self.core.has_unfinished_requests()
+
+    def step(self) -> list[RequestOutput]:
+        processed = self.output_processor.process(self.core.step())
+        if processed.to_abort:
+            self.core.abort_requests(processed.to_abort)
+        return processed.request_outputs

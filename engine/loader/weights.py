@@ -1,0 +1,120 @@
+"""Load safetensors checkpoints (one file or sharded) into a model, checking every tensor.
+
+A missing, truncated or mismatched file is a ValueError/FileNotFoundError that names the
+file and the tensor, never a half-loaded model.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from torch import nn
+
+from pagoda.engine.layers.linear import MergedLinear
+from pagoda.engine.loader.hf_config import read_json
+
+logger = logging.getLogger(__name__)
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+# Tensors some checkpoints carry that the engine recomputes itself.
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+def checkpoint_files(model_dir: Path) -> list[Path]:
+    index_path = model_dir / INDEX_FILE
+    if index_path.exists():
+        weight_map = read_json(index_path).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ValueError(f"{index_path} has no `weight_map` object")
+        files = [model_dir / name for name in sorted(set(weight_map.values()))]
+    elif (model_dir / SINGLE_FILE).exists():
+        files = [model_dir / SINGLE_FILE]
+    else:
+        raise FileNotFoundError(
+            f"no weights in {model_dir}: expected {SINGLE_FILE} or {INDEX_FILE} "
+            "(only safetensors checkpoints are supported)"
+        )
+    for path in files:
+        if not path.exists():
+            raise FileNotFoundError(f"weight file {path} listed in {index_path} is missing")
+    return files
+
+
+def iterate_tensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
+    for path in files:
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                for name in handle.keys():  # noqa: SIM118 - safe_open is not a dict
+                    yield name, handle.get_tensor(name)
+        except (SafetensorError, OSError) as exc:
+            raise ValueError(f"cannot read {path}: {exc} (truncated or corrupt file?)") from exc
+
+
+def load_weights(model: nn.Module, model_dir: Path, dtype: torch.dtype) -> None:
+    """Copy every checkpoint tensor into `model`; fail on anything missing or misshapen."""
+    params = dict(model.named_parameters())
+    pending = _expected_pieces(model, params)
+    packed = getattr(model, "packed_modules", {})
+    tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
+    for name, tensor in iterate_tensors(checkpoint_files(model_dir)):
+        if name.endswith(_IGNORED_SUFFIXES) or (tied and name == "lm_head.weight"):
+            continue
+        target, shard = _route(name, packed)
+        if target not in params:
+            logger.warning("ignoring checkpoint tensor %s: the model has no such parameter", name)
+            continue
+        _copy(model, params[target], target, shard, name, tensor.to(dtype))
+        pending.discard((target, shard))
+    if pending:
+        missing = sorted(
+            f"{name}[shard {shard}]" if shard is not None else name for name, shard in pending
+        )
+        raise ValueError(
+            f"checkpoint in {model_dir} lacks {len(missing)} tensors, e.g. {', '.join(missing[:5])}"
+        )
+
+
+def _route(name: str, packed: dict[str, tuple[str, int]]) -> tuple[str, int | None]:
+    """Checkpoint name → (our parameter name, shard index within a merged layer or None)."""
+    for source, (fused, shard) in packed.items():
+        if f".{source}." in name:
+            return name.replace(f".{source}.", f".{fused}."), shard
+    return name, None
+
+
+def _expected_pieces(model: nn.Module, params: dict) -> set[tuple[str, int | None]]:
+    pieces: set[tuple[str, int | None]] = set()
+    merged = {name for name, module in model.named_modules() if isinstance(module, MergedLinear)}
+    for name in params:
+        owner = name.rsplit(".", 1)[0]
+        if owner in merged:
+            module = model.get_submodule(owner)
+            pieces.update((name, shard) for shard in range(len(module.output_sizes)))
+        else:
+            pieces.add((name, None))
+    return pieces
+
+
+def _copy(
+    model: nn.Module,
+    param: torch.Tensor,
+    target: str,
+    shard: int | None,
+    source: str,
+    tensor: torch.Tensor,
+) -> None:
+    destination = param.data
+    if shard is not None:
+        module = model.get_submodule(target.rsplit(".", 1)[0])
+        destination = destination[module.shard_rows(shard)]
+    if destination.shape != tensor.shape:
+        raise ValueError(
+            f"checkpoint tensor {source} has shape {list(tensor.shape)}, but the model "
+            f"config implies {list(destination.shape)}: config.json and weights disagree"
+        )
+    destination.copy_(tensor)

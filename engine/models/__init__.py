@@ -1,0 +1,1 @@
+"""Model implementations, looked up by config.json's architecture (see registry.py)."""

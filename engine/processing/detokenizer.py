@@ -1,0 +1,71 @@
+"""Incremental detokenization: text grows with each token, never splitting a character.
+
+Decoding one token at a time is wrong in two ways: a multi-byte UTF-8 character can span
+several byte-fallback or byte-level tokens, and tokenizers put or strip spaces by
+context. So each step decodes a short window that starts a few tokens back (`prefix`),
+and emits only what the newest tokens added; while the tail is an incomplete character
+(U+FFFD), it waits for more tokens.
+"""
+
+from __future__ import annotations
+
+# Prompt tokens kept as left context, so the first generated token is spaced as mid-text.
+_INITIAL_CONTEXT = 5
+_REPLACEMENT_CHAR = "\ufffd"
+
+
+class IncrementalDetokenizer:
+    def __init__(
+        self,
+        tokenizer,
+        prompt_token_ids: list[int],
+        skip_special_tokens: bool = True,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
+        context = prompt_token_ids[-_INITIAL_CONTEXT:]
+        self.tokens: list[str] = tokenizer.convert_ids_to_tokens(
+            context, skip_special_tokens=skip_special_tokens
+        )
+        self.prefix_offset = 0
+        self.read_offset = len(self.tokens)
+
+    def update(self, token_ids: list[int]) -> str:
+        """Append tokens; return the text they completed (possibly empty)."""
+        added = []
+        for token_id in token_ids:
+            new_tokens = self.tokenizer.convert_ids_to_tokens(
+                [token_id], skip_special_tokens=self.skip_special_tokens
+            )
+            self.tokens.extend(new_tokens)
+            added.append(self._decode_tail())
+        return "".join(added)
+
+    def _decode_tail(self) -> str:
+        convert = self.tokenizer.convert_tokens_to_string
+        prefix_text = convert(self.tokens[self.prefix_offset : self.read_offset])
+        full_text = convert(self.tokens[self.prefix_offset :])
+        if len(full_text) <= len(prefix_text) or full_text.endswith(_REPLACEMENT_CHAR):
+            return ""  # nothing new yet, or a character still incomplete
+        self.prefix_offset, self.read_offset = self.read_offset, len(self.tokens)
+        return full_text[len(prefix_text) :]
+
+
+def find_stop_string(
+    text: str, num_new_chars: int, stops: list[str], include_stop: bool
+) -> tuple[str, int] | None:
+    """The first stop string that the last `num_new_chars` characters completed.
+
+    Returns (stop string, length to truncate the text to), or None. Only the new tail (plus
+    room for a stop that began earlier) is searched, so a match spanning tokens is found.
+    """
+    best: tuple[str, int] | None = None
+    for stop in stops:
+        start = max(0, len(text) - num_new_chars - len(stop) + 1)
+        index = text.find(stop, start)
+        if index != -1 and (best is None or index < best[1]):
+            best = (stop, index)
+    if best is None:
+        return None
+    stop, index = best
+    return stop, index + len(stop) if include_stop else index

@@ -1,0 +1,117 @@
+"""Check and tokenize what a user sent, and turn it into the engine core's requests.
+
+Everything a user can get wrong is caught here, before anything is queued, as a
+ValueError that says what to fix; the engine never sees a bad request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.request import Request
+from pagoda.engine.sampling_params import SamplingParams
+
+Prompt = str | list[int] | dict
+
+
+@dataclass
+class ProcessedPrompt:
+    text: str | None
+    token_ids: list[int]
+
+
+class InputProcessor:
+    def __init__(self, config: EngineConfig, tokenizer) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+        self.vocab_size = config.model_config.vocab_size
+        self.eos_token_ids = config.model_config.eos_token_ids
+
+    def process_prompt(self, prompt: Prompt) -> ProcessedPrompt:
+        if isinstance(prompt, dict):
+            if "prompt_token_ids" in prompt:
+                return self._token_prompt(prompt["prompt_token_ids"])
+            if "prompt" in prompt:
+                return self.process_prompt(prompt["prompt"])
+            raise ValueError("a prompt dict needs 'prompt' or 'prompt_token_ids'")
+        if isinstance(prompt, str):
+            if not prompt:
+                raise ValueError("the prompt is empty: give at least one character")
+            return ProcessedPrompt(prompt, self.tokenizer.encode(prompt))
+        if isinstance(prompt, list):
+            return self._token_prompt(prompt)
+        raise ValueError(
+            f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}"
+        )
+
+    def _token_prompt(self, token_ids: object) -> ProcessedPrompt:
+        if not isinstance(token_ids, list) or not token_ids:
+            raise ValueError("prompt token ids must be a non-empty list of integers")
+        for token_id in token_ids:
+            if (
+                not isinstance(token_id, int)
+                or isinstance(token_id, bool)
+                or not (0 <= token_id < self.vocab_size)
+            ):
+                raise ValueError(
+                    f"prompt token id {token_id!r} is out of range: ids must be integers in "
+                    f"[0, {self.vocab_size})"
+                )
+        return ProcessedPrompt(None, list(token_ids))
+
+    def make_requests(
+        self,
+        request_id: str,
+        prompt: ProcessedPrompt,
+        params: SamplingParams,
+        priority: int = 0,
+        cache_salt: str | None = None,
+    ) -> list[Request]:
+        """One core request per sample (n of them), sharing the prompt's KV blocks."""
+        if not isinstance(request_id, str) or not request_id:
+            raise ValueError("request_id must be a non-empty string")
+        params.validate(self.vocab_size)
+        max_total = self._max_total_tokens(len(prompt.token_ids), params)
+        if params.n == 1:
+            children = [(request_id, params)]
+        else:
+            children = [
+                (child_request_id(request_id, i), params.for_child(i)) for i in range(params.n)
+            ]
+        return [
+            Request(
+                request_id=child_id,
+                prompt_token_ids=prompt.token_ids,
+                sampling_params=child_params,
+                eos_token_ids=self.eos_token_ids,
+                max_total_tokens=max_total,
+                priority=priority,
+                cache_salt=cache_salt,
+                share_group=request_id if params.n > 1 else None,
+            )
+            for child_id, child_params in children
+        ]
+
+    def _max_total_tokens(self, num_prompt_tokens: int, params: SamplingParams) -> int:
+        max_model_len = self.config.max_model_len
+        if num_prompt_tokens >= max_model_len:
+            raise ValueError(
+                f"the prompt has {num_prompt_tokens} tokens, but this model's context "
+                f"(max_model_len) is {max_model_len} tokens and at least one must be "
+                "left to generate: shorten the prompt"
+            )
+        if params.max_tokens is None:
+            return max_model_len
+        if num_prompt_tokens + params.max_tokens > max_model_len:
+            raise ValueError(
+                f"this model's context (max_model_len) is {max_model_len} tokens, but "
+                f"{num_prompt_tokens + params.max_tokens} were asked for "
+                f"({num_prompt_tokens} in the prompt, {params.max_tokens} max_tokens): "
+                "lower max_tokens or shorten the prompt"
+            )
+        return num_prompt_tokens + params.max_tokens
+
+
+def child_request_id(request_id: str, index: int) -> str:
+    return f"{request_id}#{index}"

@@ -1,0 +1,74 @@
+"""How many KV-cache blocks fit, and the per-layer cache tensors.
+
+On a GPU the answer comes from a profiling pass: after the weights load and one forward of
+a full token budget runs, what is left of `gpu_memory_utilization` × total memory holds
+the cache. On a CPU it is an explicit byte budget.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from pagoda.engine.config import DEFAULT_CPU_KV_CACHE_BYTES, EngineConfig
+
+logger = logging.getLogger(__name__)
+
+
+def bytes_per_block(config: EngineConfig) -> int:
+    model = config.model_config
+    element_size = torch.tensor([], dtype=config.torch_dtype).element_size()
+    # K and V, every layer, every slot of the block.
+    return (
+        2
+        * model.num_layers
+        * config.block_size
+        * model.num_kv_heads
+        * model.head_dim
+        * (element_size)
+    )
+
+
+def blocks_worth_having(config: EngineConfig) -> int:
+    """More blocks than every sequence at full length could use is wasted memory."""
+    per_sequence = -(-config.max_model_len // config.block_size)
+    return per_sequence * config.max_num_seqs
+
+
+def cpu_num_blocks(config: EngineConfig) -> int:
+    budget = config.kv_cache_memory_bytes or DEFAULT_CPU_KV_CACHE_BYTES
+    return min(budget // bytes_per_block(config), blocks_worth_having(config))
+
+
+def gpu_num_blocks(config: EngineConfig, peak_bytes_in_use: int) -> int:
+    """Blocks that fit in what the profile run left of the memory budget."""
+    _, total = torch.cuda.mem_get_info(torch.device(config.device))
+    allowed = int(total * config.gpu_memory_utilization)
+    budget = allowed - peak_bytes_in_use
+    if budget <= 0:
+        raise ValueError(
+            f"no GPU memory left for the KV cache: weights and activations peak at "
+            f"{peak_bytes_in_use / 2**30:.1f} GiB of the {allowed / 2**30:.1f} GiB allowed; "
+            "raise gpu_memory_utilization or lower max_num_batched_tokens"
+        )
+    return min(budget // bytes_per_block(config), blocks_worth_having(config))
+
+
+def check_fits_one_sequence(config: EngineConfig, num_blocks: int) -> None:
+    capacity = num_blocks * config.block_size
+    if capacity < config.max_model_len:
+        raise ValueError(
+            f"the KV cache holds {capacity} tokens ({num_blocks} blocks), fewer than "
+            f"max_model_len={config.max_model_len}: lower max_model_len or give the cache "
+            "more memory (kv_cache_memory_bytes on CPU, gpu_memory_utilization on GPU)"
+        )
+
+
+def allocate_kv_caches(config: EngineConfig, num_blocks: int) -> list[torch.Tensor]:
+    model = config.model_config
+    shape = (2, num_blocks, config.block_size, model.num_kv_heads, model.head_dim)
+    return [
+        torch.zeros(shape, dtype=config.torch_dtype, device=config.device)
+        for _ in range(model.num_layers)
+    ]

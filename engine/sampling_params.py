@@ -1,0 +1,146 @@
+"""How to pick each next token and when to stop: vLLM-compatible sampling parameters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+# Below this temperature sampling is greedy: dividing logits by ~0 would overflow.
+GREEDY_TEMPERATURE = 1e-5
+MAX_LOGPROBS = 20
+OUTPUT_KINDS = ("cumulative", "delta", "final_only")
+
+
+@dataclass
+class SamplingParams:
+    """Sampling and stopping rules for one request (vLLM's names and meanings).
+
+    `validate()` raises ValueError naming the field and the allowed range; the engine calls
+    it on every request before anything is queued.
+    """
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 (or -1) keeps every token
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    max_tokens: int | None = 16  # None: up to max_model_len
+    min_tokens: int = 0
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    include_stop_str_in_output: bool = False
+    ignore_eos: bool = False
+    logprobs: int | None = None  # top-k logprobs per generated token, plus the chosen one
+    prompt_logprobs: None = None  # not supported; kept so callers get a clear error
+    skip_special_tokens: bool = True
+    # What each streamed RequestOutput holds: everything so far, only what is new, or
+    # nothing until the request finishes.
+    output_kind: str = "cumulative"  # cumulative | delta | final_only
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        self.stop = list(self.stop or [])
+        self.stop_token_ids = list(self.stop_token_ids or [])
+        if self.top_k == -1:
+            self.top_k = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < GREEDY_TEMPERATURE
+
+    def validate(self, vocab_size: int | None = None) -> None:
+        _check(isinstance(self.n, int) and self.n >= 1, "n", self.n, "an integer >= 1")
+        _check(
+            _is_number(self.temperature) and self.temperature >= 0,
+            "temperature",
+            self.temperature,
+            "a number >= 0",
+        )
+        _check(_is_number(self.top_p) and 0 < self.top_p <= 1, "top_p", self.top_p, "in (0, 1]")
+        _check(
+            isinstance(self.top_k, int) and self.top_k >= 0,
+            "top_k",
+            self.top_k,
+            "0 or -1 (off) or a positive integer",
+        )
+        _check(_is_number(self.min_p) and 0 <= self.min_p <= 1, "min_p", self.min_p, "in [0, 1]")
+        _check(
+            _is_number(self.repetition_penalty) and self.repetition_penalty > 0,
+            "repetition_penalty",
+            self.repetition_penalty,
+            "a number > 0",
+        )
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            _check(_is_number(value) and -2 <= value <= 2, name, value, "in [-2, 2]")
+        _check(
+            self.output_kind in OUTPUT_KINDS,
+            "output_kind",
+            self.output_kind,
+            f"one of {', '.join(OUTPUT_KINDS)}",
+        )
+        self._validate_lengths()
+        self._validate_stops(vocab_size)
+        self._validate_logprobs()
+
+    def _validate_lengths(self) -> None:
+        if self.max_tokens is not None:
+            _check(
+                isinstance(self.max_tokens, int) and self.max_tokens >= 1,
+                "max_tokens",
+                self.max_tokens,
+                "an integer >= 1",
+            )
+        _check(
+            isinstance(self.min_tokens, int) and self.min_tokens >= 0,
+            "min_tokens",
+            self.min_tokens,
+            "an integer >= 0",
+        )
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            raise ValueError(
+                f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})"
+            )
+        if self.seed is not None:
+            _check(isinstance(self.seed, int), "seed", self.seed, "an integer")
+
+    def _validate_stops(self, vocab_size: int | None) -> None:
+        for stop in self.stop:
+            _check(isinstance(stop, str) and stop != "", "stop", stop, "non-empty strings")
+        for token_id in self.stop_token_ids:
+            in_vocab = vocab_size is None or (isinstance(token_id, int) and token_id < vocab_size)
+            _check(
+                isinstance(token_id, int) and token_id >= 0 and in_vocab,
+                "stop_token_ids",
+                token_id,
+                f"token ids in [0, {vocab_size})" if vocab_size else "token ids >= 0",
+            )
+
+    def _validate_logprobs(self) -> None:
+        if self.logprobs is not None:
+            _check(
+                isinstance(self.logprobs, int) and 0 <= self.logprobs <= MAX_LOGPROBS,
+                "logprobs",
+                self.logprobs,
+                f"an integer in [0, {MAX_LOGPROBS}]",
+            )
+        if self.prompt_logprobs is not None:
+            raise ValueError("prompt_logprobs is not supported; leave it unset")
+
+    def for_child(self, index: int) -> SamplingParams:
+        """The params of the index-th of n parallel samples: n=1, seed offset so they differ."""
+        seed = None if self.seed is None else self.seed + index
+        return replace(self, n=1, seed=seed)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def _check(ok: bool, name: str, value: object, allowed: str) -> None:
+    if not ok:
+        raise ValueError(f"invalid {name}={value!r}: must be {allowed}")
