@@ -13,6 +13,10 @@ from pagoda.engine.tools.tiny_tokenizer import random_sentence
 
 ARCHS = ("llama", "mistral", "qwen2", "qwen3")
 
+# Tiny models gain nothing from intra-op threads, and OpenMP threads spinning against
+# other busy processes (a parallel build, a second test worker) slow tests many times over.
+torch.set_num_threads(1)
+
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):

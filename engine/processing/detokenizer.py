@@ -41,6 +41,14 @@ class IncrementalDetokenizer:
             added.append(self._decode_tail())
         return "".join(added)
 
+    def flush(self) -> str:
+        """At the end: whatever is still held back (an incomplete character shows as U+FFFD)."""
+        convert = self.tokenizer.convert_tokens_to_string
+        prefix_text = convert(self.tokens[self.prefix_offset : self.read_offset])
+        full_text = convert(self.tokens[self.prefix_offset :])
+        self.prefix_offset = self.read_offset = len(self.tokens)
+        return full_text[len(prefix_text) :]
+
     def _decode_tail(self) -> str:
         convert = self.tokenizer.convert_tokens_to_string
         prefix_text = convert(self.tokens[self.prefix_offset : self.read_offset])

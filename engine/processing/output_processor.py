@@ -133,6 +133,8 @@ class OutputProcessor:
         if sample.logprobs is not None and out.new_logprobs:
             sample.logprobs.extend(out.new_logprobs)
         delta = sample.detokenizer.update(out.new_token_ids)
+        if out.finished:
+            delta += sample.detokenizer.flush()
         sample.text += delta
         if params.stop and delta and len(sample.token_ids) >= params.min_tokens:
             match = find_stop_string(

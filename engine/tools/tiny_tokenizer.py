@@ -17,7 +17,6 @@ from tokenizers import (
     Tokenizer,
     decoders,
     models,
-    normalizers,
     pre_tokenizers,
     processors,
     trainers,
@@ -90,12 +89,11 @@ def write_tokenizer(out_dir: Path, style: str, seed: int) -> TokenizerInfo:
 def _sentencepiece_style(corpus: list[str]) -> tuple[Tokenizer, dict, list[str]]:
     specials = ["<unk>", "<s>", "</s>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
     byte_tokens = [f"<0x{value:02X}>" for value in range(256)]
-    normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-    trainer_tokenizer = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
-    trainer_tokenizer.normalizer = normalizer
-    trainer_tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(
-        replacement="▁", prepend_scheme="never"
-    )
+    # "▁" marks a space; only the very start of the text gets one prepended (not the text
+    # after each special token, Llama 2's "legacy" quirk).
+    pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+    trainer_tokenizer = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+    trainer_tokenizer.pre_tokenizer = pre_tokenizer
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB_SIZE - len(byte_tokens),
         special_tokens=specials,
@@ -105,20 +103,17 @@ def _sentencepiece_style(corpus: list[str]) -> tuple[Tokenizer, dict, list[str]]
     )
     trainer_tokenizer.train_from_iterator(corpus, trainer)
     tokenizer = _with_byte_tokens(trainer_tokenizer, specials, byte_tokens)
-    tokenizer.normalizer = normalizer
-    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never")
+    tokenizer.pre_tokenizer = pre_tokenizer
     tokenizer.decoder = decoders.Sequence(
         [
-            decoders.Replace("▁", " "),
             decoders.ByteFallback(),
             decoders.Fuse(),
-            decoders.Strip(content=" ", left=1, right=0),
+            decoders.Metaspace(replacement="▁", prepend_scheme="first"),
         ]
     )
+    bos_id = tokenizer.token_to_id("<s>")
     tokenizer.post_processor = processors.TemplateProcessing(
-        single="<s> $A",
-        pair="<s> $A <s> $B",
-        special_tokens=[("<s>", tokenizer.token_to_id("<s>"))],
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos_id)]
     )
     config = _tokenizer_config(
         bos="<s>", eos="</s>", unk="<unk>", pad=None, template=SENTENCEPIECE_TEMPLATE
