@@ -32,8 +32,8 @@ class AsyncLLM:
         self.engine = LLMEngine(config)
         self.config = self.engine.config
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
-        self._streams: dict[str, asyncio.Queue] = {}  # touched only on the event loop
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # request id -> (the event loop its caller awaits on, its queue of outputs)
+        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._thread: threading.Thread | None = None
         self._stats = self.engine.core.stats()
         self.dead_error: BaseException | None = None
@@ -68,7 +68,7 @@ class AsyncLLM:
         if request_id in self._streams:
             raise ValueError(f"request id {request_id!r} is already in use")
         stream: asyncio.Queue = asyncio.Queue()
-        self._streams[request_id] = stream
+        self._streams[request_id] = (asyncio.get_running_loop(), stream)
         self._commands.put(("add", prepared))
         finished = False
         try:
@@ -96,7 +96,6 @@ class AsyncLLM:
         if self.dead_error is not None:
             raise EngineDeadError(f"the engine loop died: {self.dead_error!r}")
         if self._thread is None:
-            self._loop = asyncio.get_running_loop()
             self._thread = threading.Thread(target=self._run, name="pagoda-engine", daemon=True)
             self._thread.start()
 
@@ -111,7 +110,9 @@ class AsyncLLM:
         except BaseException as exc:  # anything here leaves the engine unusable
             logger.exception("the engine loop died")
             self.dead_error = exc
-            self._loop.call_soon_threadsafe(self._fail_all, EngineDeadError(repr(exc)))
+            error = EngineDeadError(repr(exc))
+            for request_id in list(self._streams):
+                self._send(request_id, error)
 
     def _handle_commands(self, block: bool) -> bool:
         """Apply queued adds and aborts; False when asked to stop."""
@@ -128,29 +129,25 @@ class AsyncLLM:
             else:
                 final = self.engine.abort_request(argument)
                 if final is not None:
-                    self._deliver([final])
+                    self._send(final.request_id, final)
 
     def _add(self, prepared: PreparedRequest) -> None:
         try:
             self.engine.submit(prepared)
         except ValueError as exc:  # e.g. a duplicate id: only this request fails
-            self._loop.call_soon_threadsafe(self._dispatch_one, prepared.request_id, exc)
+            self._send(prepared.request_id, exc)
 
     def _deliver(self, outputs: list[RequestOutput]) -> None:
-        if outputs:
-            self._loop.call_soon_threadsafe(self._dispatch, outputs)
-
-    # -- on the event loop -----------------------------------------------------------
-
-    def _dispatch(self, outputs: list[RequestOutput]) -> None:
         for output in outputs:
-            self._dispatch_one(output.request_id, output)
+            self._send(output.request_id, output)
 
-    def _dispatch_one(self, request_id: str, item) -> None:
-        stream = self._streams.get(request_id)
-        if stream is not None:
-            stream.put_nowait(item)
-
-    def _fail_all(self, error: BaseException) -> None:
-        for stream in self._streams.values():
-            stream.put_nowait(error)
+    def _send(self, request_id: str, item) -> None:
+        """Hand an output or error to the request's caller, on the caller's event loop."""
+        entry = self._streams.get(request_id)
+        if entry is None:
+            return  # the caller is gone (cancelled or finished)
+        loop, stream = entry
+        try:
+            loop.call_soon_threadsafe(stream.put_nowait, item)
+        except RuntimeError:  # that event loop was closed
+            self._streams.pop(request_id, None)

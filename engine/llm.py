@@ -47,12 +47,7 @@ class LLM:
         params = _per_prompt(sampling_params, len(prompts), "sampling_params")
         priorities = _per_prompt(priority, len(prompts), "priority", default=0)
         prepared = [
-            self.engine.prepare(
-                str(next(self._ids)),
-                prompt,
-                dataclasses.replace(p, output_kind="final_only"),
-                priority=prio,
-            )
+            self.engine.prepare(str(next(self._ids)), prompt, _final_only(p), priority=prio)
             for prompt, p, prio in zip(prompts, params, priorities, strict=True)
         ]
         for request in prepared:
@@ -93,6 +88,14 @@ class LLM:
                     self.engine.abort_request(request_id)
             raise
         return [finished[request_id] for request_id in request_ids]
+
+
+def _final_only(params: SamplingParams) -> SamplingParams:
+    """generate() returns finished outputs only: skip building the intermediate ones."""
+    if not isinstance(params, SamplingParams):
+        raise ValueError(f"sampling params must be SamplingParams, got {type(params).__name__}")
+    params.validate()  # before the override hides a bad output_kind
+    return dataclasses.replace(params, output_kind="final_only")
 
 
 def _as_prompt_list(prompts) -> list:

@@ -1,0 +1,144 @@
+"""AsyncLLM: concurrent streams, cancellation frees blocks, errors stay per request."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pagoda.engine import LLM, AsyncLLM, EngineDeadError, SamplingParams
+
+
+@pytest.fixture(scope="module")
+def engine(llama_dir):
+    engine = AsyncLLM.from_model(str(llama_dir))
+    yield engine
+    engine.shutdown()
+
+
+def wait_idle(engine: AsyncLLM, timeout: float = 10.0):
+    async def idle():
+        for _ in range(int(timeout / 0.01)):
+            stats = engine.stats()
+            if stats.num_running == 0 and stats.num_waiting == 0 and stats.kv_cache_usage == 0:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"engine not idle: {engine.stats()}")
+
+    return idle()
+
+
+async def collect(engine, prompt, params, request_id):
+    return [out async for out in engine.generate(prompt, params, request_id)]
+
+
+def test_concurrent_requests_match_the_offline_engine(engine, llama_dir):
+    prompts = [f"request number {i} says" for i in range(20)]
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+
+    async def main():
+        streams = await asyncio.gather(
+            *(collect(engine, p, params, f"c{i}") for i, p in enumerate(prompts))
+        )
+        await wait_idle(engine)
+        return streams
+
+    streams = asyncio.run(main())
+    expected = LLM(str(llama_dir)).generate(prompts, params)
+    for stream, reference in zip(streams, expected, strict=True):
+        assert stream[-1].finished
+        assert stream[-1].outputs[0].token_ids == reference.outputs[0].token_ids
+        assert stream[-1].outputs[0].text == reference.outputs[0].text
+
+
+def test_delta_outputs_add_up_to_the_cumulative_text(engine):
+    base = dict(temperature=0, max_tokens=12, ignore_eos=True, stop=["zz"])
+
+    async def main():
+        deltas = await collect(
+            engine, "the cache", SamplingParams(**base, output_kind="delta"), "delta"
+        )
+        whole = await collect(engine, "the cache", SamplingParams(**base), "whole")
+        return deltas, whole
+
+    deltas, whole = asyncio.run(main())
+    assert len(deltas) > 1
+    assert "".join(d.outputs[0].text for d in deltas if d.outputs) == whole[-1].outputs[0].text
+    ids = [t for d in deltas if d.outputs for t in d.outputs[0].token_ids]
+    assert ids == whole[-1].outputs[0].token_ids
+
+
+def test_cancelled_streams_free_their_blocks(engine):
+    params = SamplingParams(temperature=0, max_tokens=500, ignore_eos=True)
+
+    async def main():
+        async def consume(i):
+            async for _ in engine.generate("long story " * 5, params, f"cancel{i}"):
+                pass
+
+        tasks = [asyncio.create_task(consume(i)) for i in range(8)]
+        await asyncio.sleep(0.3)
+        assert engine.stats().kv_cache_usage > 0
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await wait_idle(engine)
+
+    asyncio.run(main())
+
+
+def test_abort_ends_the_stream_with_reason_abort(engine):
+    params = SamplingParams(temperature=0, max_tokens=1000, ignore_eos=True)
+
+    async def main():
+        outputs = []
+        async for out in engine.generate("abort me", params, "to-abort"):
+            outputs.append(out)
+            if len(outputs) == 3:
+                engine.abort("to-abort")
+        await wait_idle(engine)
+        return outputs
+
+    outputs = asyncio.run(main())
+    assert outputs[-1].finished and outputs[-1].outputs[0].finish_reason == "abort"
+
+
+def test_a_bad_request_fails_alone(engine):
+    good = SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)
+
+    async def main():
+        running = asyncio.create_task(collect(engine, "keep going", good, "survivor"))
+        await asyncio.sleep(0.05)
+        with pytest.raises(ValueError, match="temperature"):
+            await collect(engine, "bad", SamplingParams(temperature=-1), "bad")
+        with pytest.raises(ValueError, match="max_model_len"):
+            await collect(engine, [5] * 5000, good, "too-long")
+        outputs = await running
+        with pytest.raises(ValueError, match="already in use"):
+            await asyncio.gather(
+                collect(engine, "a", good, "dup"), collect(engine, "b", good, "dup")
+            )
+        await wait_idle(engine)
+        return outputs
+
+    outputs = asyncio.run(main())
+    assert len(outputs[-1].outputs[0].token_ids) == 30
+
+
+def test_a_crashed_engine_loop_fails_every_request_and_refuses_new_ones(llama_dir):
+    engine = AsyncLLM.from_model(str(llama_dir))
+
+    def broken_step():
+        raise RuntimeError("simulated GPU fault")
+
+    engine.engine.core.step = broken_step
+    params = SamplingParams(max_tokens=5)
+
+    async def main():
+        with pytest.raises(EngineDeadError, match="simulated GPU fault"):
+            await collect(engine, "hello", params, "x")
+        assert not engine.is_running
+        with pytest.raises(EngineDeadError):
+            await collect(engine, "hello", params, "y")
+
+    asyncio.run(main())
