@@ -1,6 +1,6 @@
 """Where the control plane's binaries live: pinned versions and the build cache.
 
-`e2e/tools/build.sh` (run by `make k8s-tools`) builds them into a cache folder keyed by a
+`e2e/build-tools.sh` (run by `make k8s-tools`) builds them into a cache folder keyed by a
 hash of `e2e/versions.env` and the build script; this module computes the same key so the
 harness finds exactly the binaries that match the checkout.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 E2E_DIR = Path(__file__).resolve().parent
 VERSIONS_FILE = E2E_DIR / "versions.env"
-BUILD_SCRIPT = E2E_DIR / "tools" / "build.sh"
+BUILD_SCRIPT = E2E_DIR / "build-tools.sh"
 BINARIES = (
     "etcd",
     "kube-apiserver",
@@ -41,7 +41,7 @@ def read_versions(path: Path = VERSIONS_FILE) -> dict[str, str]:
 
 
 def cache_root() -> Path:
-    """Same rule as build.sh: $PAGODA_CACHE, else $XDG_CACHE_HOME/pagoda, else ~/.cache/pagoda."""
+    """Same rule as build-tools.sh: $PAGODA_CACHE, else $XDG_CACHE_HOME/pagoda, else ~/.cache/pagoda."""
     if root := os.environ.get("PAGODA_CACHE"):
         return Path(root)
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -49,7 +49,7 @@ def cache_root() -> Path:
 
 
 def tools_key() -> str:
-    # sha256 over versions.env then build.sh, exactly as `cat a b | sha256sum` in build.sh
+    # sha256 over versions.env then the script, as `cat a b | sha256sum` in build-tools.sh
     digest = hashlib.sha256(VERSIONS_FILE.read_bytes() + BUILD_SCRIPT.read_bytes())
     return digest.hexdigest()[:12]
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the local control plane's binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, kwok, helm) from the Go module proxy at the versions pinned in
-# e2e/versions.env, into a cache outside the repository:
+# `make k8s-tools`: builds the local control plane's binaries (etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubectl, kwok, helm) from the Go module proxy at
+# the versions pinned in e2e/versions.env, into a cache outside the repository:
 #
 #   ${PAGODA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pagoda}/k8s-tools/<key>/bin
 #
@@ -10,13 +10,13 @@
 # and build caches are shared between keys, so a bump rebuilds only what changed.
 #
 # All seven programs are built in ONE throwaway module so that MVS picks one version of
-# each shared dependency (client-go, grpc, protobuf, ...) and each package compiles once:
-# on a 2-core machine that halves the cold build against separate `go install`s.
+# each shared dependency (client-go, grpc, protobuf, ...) and each package compiles once,
+# which matters on a 2-core machine. Only the seven main packages are built, stripped.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
-versions="$here/../versions.env"
-# shellcheck source=../versions.env
+versions="$here/versions.env"
+# shellcheck source=versions.env
 source "$versions"
 
 cache="${PAGODA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pagoda}"
@@ -60,7 +60,7 @@ sed -n 's|^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*|\1|p' "$kube_gomod"
         go mod edit -replace "$staging=$staging@v0.$kube_minor"
     done
 
-go get "${packages[@]}"
+go get "${packages[@]}" 2>"$dest/go-get.log" || { cat "$dest/go-get.log" >&2; exit 1; }
 
 # Version stamps: clients such as helm compare the server's reported version with a
 # chart's kubeVersion, so the binaries must not report v0.0.0-master.
@@ -89,10 +89,11 @@ if [[ "$(grep -c 'if false && ip.IsLoopback()' "$src/kubernetes/$validation")" !
 fi
 go mod edit -replace k8s.io/kubernetes=./kubernetes
 
-start=$SECONDS
 go build -trimpath -ldflags "$ldflags" -o "$dest/bin/" \
     "${packages[@]%@*}"
 mv "$dest/bin/server" "$dest/bin/etcd"  # go names a .../server/v3 main package "server"
-echo "built k8s tools in $((SECONDS - start)) s"
+echo "built k8s tools in $SECONDS s: $(ls "$dest/bin" | tr '\n' ' ')"
 touch "$dest/.complete"
-ls "$dest/bin"
+# binaries of other keys (older pins or build flags) are ~0.5 GB each; the shared Go
+# caches make rebuilding them quick, so keep only this one
+find "$cache/k8s-tools" -mindepth 1 -maxdepth 1 ! -name "$key" -exec rm -rf {} +
