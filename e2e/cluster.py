@@ -24,7 +24,16 @@ from e2e import components, kubeconfig, pki
 from e2e.backing import Backend, PodBacker
 from e2e.components import Layout, Ports
 from e2e.nodes import DEFAULT_NODES, GpuNode, create_nodes, nodes_ready
-from e2e.procs import LOOPBACK, Proc, StartupError, spawn, stop, sweep, wait_for
+from e2e.procs import (
+    LOOPBACK,
+    PortBusyError,
+    Proc,
+    StartupError,
+    spawn,
+    stop,
+    sweep,
+    wait_for,
+)
 from e2e.tools import binary
 
 log = logging.getLogger(__name__)
@@ -83,6 +92,10 @@ class Cluster:
         argv = [str(cli), f"--state-dir={self.layout.root}", "back"]
         return self._spawn("pod-backer", argv, {"PYTHON": sys.executable})
 
+    def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        argv = [str(binary("helm")), f"--kubeconfig={self.kubeconfig}", *args]
+        return subprocess.run(argv, check=check, capture_output=True, text=True)
+
     def env(self) -> dict[str, str]:
         """Environment for tools run against this cluster (kubectl, helm, the operator)."""
         return {"KUBECONFIG": str(self.kubeconfig)}
@@ -95,6 +108,19 @@ class Cluster:
         if self.layout.state.exists():
             raise StartupError(f"{self.layout.root} holds a cluster already; run down first")
         try:
+            self._up(timeout_s)
+        except PortBusyError as exc:
+            # ports are picked free just before use, so another process can take one in
+            # between: one retry on fresh ports, then the error stands
+            log.warning("%s; retrying on other ports", str(exc).splitlines()[0])
+            self.down()
+            self.ports = Ports()
+            self._up(timeout_s)
+        log.info("cluster up in %.1f s; KUBECONFIG=%s", time.monotonic() - start, self.kubeconfig)
+        return self
+
+    def _up(self, timeout_s: float) -> None:
+        try:
             self._prepare()
             self._start_etcd(timeout_s)
             self._start_apiserver(timeout_s)
@@ -103,8 +129,6 @@ class Cluster:
         except BaseException:
             self.down()
             raise
-        log.info("cluster up in %.1f s; KUBECONFIG=%s", time.monotonic() - start, self.kubeconfig)
-        return self
 
     def down(self) -> None:
         """Stop every process, newest first (kwok before the API server it talks to), then

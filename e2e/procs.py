@@ -26,12 +26,12 @@ T = TypeVar("T")
 LOOPBACK = "127.0.0.1"
 
 
-class PortBusyError(RuntimeError):
-    """A port the cluster was asked to use is taken by another process."""
-
-
 class StartupError(RuntimeError):
     """A process exited or never became ready; the message carries its log's tail."""
+
+
+class PortBusyError(StartupError):
+    """A port a process was to listen on is taken by another process."""
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -202,7 +202,8 @@ def wait_for(
             return result
         if proc is not None and not proc.alive():
             _reap(proc.pid)
-            raise StartupError(
+            error = PortBusyError if "address already in use" in proc.log_tail() else StartupError
+            raise error(
                 f"{proc.name} exited while waiting for {what}; log {proc.log}:\n{proc.log_tail()}"
             )
         time.sleep(period_s)

@@ -41,7 +41,7 @@ def read_versions(path: Path = VERSIONS_FILE) -> dict[str, str]:
 
 
 def cache_root() -> Path:
-    """Same rule as build-tools.sh: $PAGODA_CACHE, else $XDG_CACHE_HOME/pagoda, else ~/.cache/pagoda."""
+    """As in build-tools.sh: $PAGODA_CACHE, else $XDG_CACHE_HOME/pagoda, else ~/.cache/pagoda."""
     if root := os.environ.get("PAGODA_CACHE"):
         return Path(root)
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")

@@ -209,3 +209,28 @@ def test_service_account_with_narrow_role_is_refused_other_verbs(cluster, api, n
         with pytest.raises(ApiException) as err:
             reader.list_namespaced_secret(namespace)
         assert err.value.status == 403
+
+
+def test_helm_installs_a_chart(cluster, api, namespace, tmp_path):
+    chart = tmp_path / "hello"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: hello\nversion: 0.1.0\n")
+    (chart / "templates" / "cm.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: hello}\n"
+        "data: {greeting: {{ .Values.greeting | quote }}}\n"
+    )
+    (chart / "values.yaml").write_text("greeting: hi\n")
+
+    cluster.helm(
+        "install",
+        "hello",
+        str(chart),
+        "-n",
+        namespace,
+        "--wait",
+        "--set",
+        "greeting=hello from helm",
+    )
+    cm = client.CoreV1Api(api).read_namespaced_config_map("hello", namespace)
+    assert cm.data == {"greeting": "hello from helm"}
+    assert "deployed" in cluster.helm("status", "hello", "-n", namespace).stdout
