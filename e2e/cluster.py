@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import ssl
 import subprocess
@@ -34,7 +35,7 @@ from e2e.procs import (
     sweep,
     wait_for,
 )
-from e2e.tools import binary
+from e2e.tools import bin_dir, binary
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,19 @@ class Cluster:
         return config.new_client_from_config(config_file=str(self.kubeconfig))
 
     def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        argv = [str(binary("kubectl")), f"--kubeconfig={self.kubeconfig}", *args]
+        return self._tool("kubectl", args, check)
+
+    def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return self._tool("helm", args, check)
+
+    def _tool(self, name: str, args: tuple[str, ...], check: bool) -> subprocess.CompletedProcess:
+        argv = [str(binary(name)), f"--kubeconfig={self.kubeconfig}", *args]
         return subprocess.run(argv, check=check, capture_output=True, text=True)
+
+    def env(self) -> dict[str, str]:
+        """Environment for programs run against this cluster (the operator, kubectl, helm)."""
+        path = f"{bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}"
+        return {"KUBECONFIG": str(self.kubeconfig), "PATH": path}
 
     @property
     def marker(self) -> str:
@@ -91,14 +103,6 @@ class Cluster:
         cli = Path(__file__).resolve().parent / "cli.sh"
         argv = [str(cli), f"--state-dir={self.layout.root}", "back"]
         return self._spawn("pod-backer", argv, {"PYTHON": sys.executable})
-
-    def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        argv = [str(binary("helm")), f"--kubeconfig={self.kubeconfig}", *args]
-        return subprocess.run(argv, check=check, capture_output=True, text=True)
-
-    def env(self) -> dict[str, str]:
-        """Environment for tools run against this cluster (kubectl, helm, the operator)."""
-        return {"KUBECONFIG": str(self.kubeconfig)}
 
     # -- lifecycle -----------------------------------------------------------------------
 
