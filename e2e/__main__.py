@@ -15,6 +15,8 @@ from pathlib import Path
 
 from e2e import tools
 from e2e.cluster import Cluster
+from e2e.procs import StartupError
+from e2e.tools import MissingBinaryError
 
 DEFAULT_STATE_DIR = tools.E2E_DIR.parent / ".cache" / "cluster"
 log = logging.getLogger("e2e")
@@ -35,7 +37,11 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
-    return COMMANDS[args.command](args.state_dir)
+    try:
+        return COMMANDS[args.command](args.state_dir)
+    except (StartupError, MissingBinaryError) as exc:  # expected failures: no traceback
+        log.error("%s", exc)
+        return 1
 
 
 def cmd_up(state_dir: Path) -> int:

@@ -256,11 +256,13 @@ class PodBacker:
             stop(backed.proc, grace_s=MAX_GRACE_S)
 
     def _report(self, pod, backed: _Backed, state: tuple, build) -> None:
-        """Patch the pod's status only when what it reports changed."""
-        if backed.reported == state:
+        """Patch the pod's status when what it should report changed, or when someone
+        else changed it (the node controller marks pods NotReady, for one)."""
+        status = build()
+        if backed.reported == state and _ready(pod) == _ready_in(status):
             return
         self.core.patch_namespaced_pod_status(
-            pod.metadata.name, pod.metadata.namespace, {"status": build()}
+            pod.metadata.name, pod.metadata.namespace, {"status": status}
         )
         backed.reported = state
 
@@ -272,6 +274,15 @@ class PodBacker:
             if str(host) not in used:
                 return str(host)
         raise RuntimeError(f"no free address left in {self.ip_range}")
+
+
+def _ready(pod) -> str | None:
+    conditions = (pod.status and pod.status.conditions) or []
+    return next((c.status for c in conditions if c.type == "Ready"), None)
+
+
+def _ready_in(status: dict) -> str:
+    return next(c["status"] for c in status["conditions"] if c["type"] == "Ready")
 
 
 def _is_backed(pod) -> bool:

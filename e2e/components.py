@@ -149,4 +149,6 @@ def kwok(layout: Layout, ports: Ports) -> list[str]:
         f"--cidr={DEFAULT_POD_CIDR}",
         f"--node-ip={LOOPBACK}",
         f"--server-address={LOOPBACK}:{ports.kwok}",
+        # nodes' heartbeat: without Leases the node controller marks them NotReady at 50 s
+        "--node-lease-duration-seconds=40",
     ]

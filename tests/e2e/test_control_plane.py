@@ -234,3 +234,11 @@ def test_helm_installs_a_chart(cluster, api, namespace, tmp_path):
     cm = client.CoreV1Api(api).read_namespaced_config_map("hello", namespace)
     assert cm.data == {"greeting": "hello from helm"}
     assert "deployed" in cluster.helm("status", "hello", "-n", namespace).stdout
+
+
+def test_nodes_heartbeat_through_leases(api):
+    """Without kwok renewing node Leases, the node controller would mark every node
+    NotReady after its grace period and flip the pods on them to NotReady."""
+    leases = client.CoordinationV1Api(api).list_namespaced_lease("kube-node-lease").items
+    nodes = client.CoreV1Api(api).list_node().items
+    assert {lease.metadata.name for lease in leases} == {n.metadata.name for n in nodes}
