@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $@
 
-test: setup
+test: setup k8s-tools
 	$(BIN)/pytest
 
 lint: setup
@@ -48,3 +48,5 @@ run: setup $(TINY_MODEL)/config.json
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache .hypothesis
+
+include e2e/cluster.mk

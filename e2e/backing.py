@@ -1,0 +1,293 @@
+"""Pods that really serve: a tiny kubelet for pods annotated `e2e.pagoda.dev/backed: "true"`.
+
+kwok is started with `--disregard-status-with-annotation-selector` on that annotation, so
+it leaves these pods alone and the PodBacker does a kubelet's job for them instead:
+
+1. a pod is scheduled (spec.nodeName set): it gets a loopback IP from `ip_range`, its
+   command starts as a local process (own session, log in `log_dir`), and the pod goes
+   Running with that podIP and Ready=False;
+2. Ready follows the container's readinessProbe (httpGet or tcpSocket) against the real
+   process at podIP:port, so Services' EndpointSlices and Deployments' availability see
+   real readiness;
+3. the process exits: the container shows as terminated and, under restartPolicy Always,
+   restarts with restartCount + 1;
+4. the pod is deleted: SIGTERM, then SIGKILL after the grace period, then the pod object
+   is removed (grace 0), as the kubelet does.
+
+The command comes from the pod's `e2e.pagoda.dev/command` annotation (a JSON argv), else
+from the first registered `Backend` whose selector matches the pod's labels. `{pod_ip}`,
+`{port}`, `{pod_name}` and `{namespace}` in it are filled in; the process also gets
+POD_IP, POD_NAME, POD_NAMESPACE, NODE_NAME and the container's literal env values.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from e2e import podstatus
+from e2e.podstatus import BACKED_ANNOTATION, Probe
+from e2e.procs import Proc, spawn, stop
+
+log = logging.getLogger(__name__)
+
+BACKED_IP_RANGE = "127.200.0.0/16"  # apart from kwok's per-node ranges: no shared allocator
+MAX_GRACE_S = 10.0
+RESTART_BACKOFF_S = 1.0  # the kubelet backs off from 10 s; tests want quick restarts
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Runs pods whose labels include all of `selector` with the argv template `argv`."""
+
+    selector: dict[str, str]
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.selector.items())
+
+
+@dataclass
+class _Backed:
+    """A pod this backer runs: its process and what was last written to its status."""
+
+    ip: str
+    proc: Proc | None = None
+    probe: Probe | None = None
+    restart_count: int = 0
+    started_at: str = ""
+    restart_at: float = 0.0  # monotonic time of the next start after an exit
+    reported: tuple = ()
+
+
+class PodBacker:
+    def __init__(
+        self,
+        api_client,
+        log_dir: Path,
+        backends: list[Backend] | None = None,
+        extra_env: dict[str, str] | None = None,
+        ip_range: str = BACKED_IP_RANGE,
+        period_s: float = 0.3,
+    ) -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api_client)
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.backends = list(backends or [])
+        self.extra_env = dict(extra_env or {})  # e.g. the cluster's marker for teardown
+        self.ip_range = ipaddress.ip_network(ip_range)
+        self.period_s = period_s
+        self.pods: dict[str, _Backed] = {}  # by pod uid
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def register(self, backend: Backend) -> None:
+        self.backends.append(backend)
+
+    def log_path(self, namespace: str, name: str) -> Path:
+        return self.log_dir / f"{namespace}_{name}.log"
+
+    # -- running -----------------------------------------------------------------------
+
+    def start(self) -> PodBacker:
+        self._thread = threading.Thread(target=self.run, name="pod-backer", daemon=True)
+        self._thread.start()
+        return self
+
+    def run(self) -> None:
+        """Reconcile every `period_s` until stopped: level-triggered, so nothing is lost
+        when an update races with a pass."""
+        while not self._stop.is_set():
+            try:
+                self.reconcile_once()
+            except Exception:  # an API hiccup must not end the loop
+                log.exception("pod backer pass failed")
+            self._stop.wait(self.period_s)
+
+    def request_stop(self) -> None:
+        """Ask the loop to end (safe from a signal handler); `stop` then cleans up."""
+        self._stop.set()
+
+    def stop(self) -> None:
+        """Stop the loop and every process it started."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        for backed in self.pods.values():
+            if backed.proc is not None:
+                stop(backed.proc, grace_s=MAX_GRACE_S)
+        self.pods.clear()
+
+    # -- one pass ----------------------------------------------------------------------
+
+    def reconcile_once(self) -> None:
+        pods = [p for p in self.core.list_pod_for_all_namespaces().items if _is_backed(p)]
+        seen = set()
+        for pod in pods:
+            seen.add(pod.metadata.uid)
+            if pod.metadata.deletion_timestamp is not None:
+                self._terminate(pod)
+            elif pod.spec.node_name:
+                self._sync(pod)
+        for uid in set(self.pods) - seen:  # deleted behind our back (grace 0 by a user)
+            self._forget(uid)
+
+    def _sync(self, pod) -> None:
+        backed = self.pods.get(pod.metadata.uid)
+        if backed is None:
+            backed = self.pods[pod.metadata.uid] = _Backed(self._allocate_ip(pod))
+        if backed.proc is None or not backed.proc.alive():
+            self._start_or_report_exit(pod, backed)
+        if backed.proc is not None and backed.proc.alive():
+            ready = backed.probe.ready(backed.ip)
+            self._report(
+                pod,
+                backed,
+                ("running", ready, backed.restart_count),
+                lambda: podstatus.running_status(
+                    pod, backed.ip, ready, backed.restart_count, backed.started_at
+                ),
+            )
+
+    def _start_or_report_exit(self, pod, backed: _Backed) -> None:
+        if backed.proc is not None and not self._on_exit(pod, backed):
+            return  # it ran, exited, and waits for its restart (or never restarts)
+        try:
+            argv, env = self._command(pod, backed.ip)
+        except ValueError as exc:
+            reason = str(exc)
+            self._report(
+                pod,
+                backed,
+                ("no-backend", reason),
+                lambda: podstatus.waiting_status(
+                    pod, backed.ip, "NoBackend", reason, backed.restart_count
+                ),
+            )
+            return
+        backed.probe = podstatus.probe_for(pod.spec.containers[0])
+        backed.started_at = podstatus.now()
+        log_path = self.log_path(pod.metadata.namespace, pod.metadata.name)
+        workdir = pod.spec.containers[0].working_dir  # as the container would see it
+        backed.proc = spawn(_key(pod), argv, log_path, env, Path(workdir) if workdir else None)
+        log.info(
+            "pod %s runs as pid %d on %s: %s", _key(pod), backed.proc.pid, backed.ip, " ".join(argv)
+        )
+
+    def _on_exit(self, pod, backed: _Backed) -> bool:
+        """Report the exit; True when the process should start again now."""
+        if backed.restart_at == 0.0:  # first pass since it exited
+            stop(backed.proc)  # reaps it and any worker it left behind
+            tail = backed.proc.log_tail(5)
+            log.info("process of pod %s exited:\n%s", _key(pod), tail)
+            self._report(
+                pod,
+                backed,
+                ("exited", backed.restart_count),
+                lambda: podstatus.waiting_status(
+                    pod, backed.ip, "Error", tail, backed.restart_count
+                ),
+            )
+            backed.restart_at = time.monotonic() + RESTART_BACKOFF_S
+        if pod.spec.restart_policy == "Never" or time.monotonic() < backed.restart_at:
+            return False
+        backed.restart_count += 1
+        backed.restart_at = 0.0
+        return True
+
+    def _command(self, pod, ip: str) -> tuple[list[str], dict[str, str]]:
+        container = pod.spec.containers[0]
+        labels = pod.metadata.labels or {}
+        template = podstatus.command_from_annotation(pod)
+        backend_env: dict[str, str] = {}
+        if template is None:
+            backend = next((b for b in self.backends if b.matches(labels)), None)
+            if backend is None:
+                raise ValueError(
+                    f"no {podstatus.COMMAND_ANNOTATION} annotation and no "
+                    f"registered Backend matches labels {labels}"
+                )
+            template, backend_env = backend.argv, backend.env
+        values = {
+            "pod_ip": ip,
+            "port": podstatus.container_port(container),
+            "pod_name": pod.metadata.name,
+            "namespace": pod.metadata.namespace,
+        }
+        argv = [part.format(**values) for part in template]
+        env = {e.name: e.value for e in container.env or [] if e.value is not None}
+        env |= (
+            backend_env
+            | self.extra_env
+            | {
+                "POD_IP": ip,
+                "POD_NAME": pod.metadata.name,
+                "POD_NAMESPACE": pod.metadata.namespace,
+                "NODE_NAME": pod.spec.node_name,
+            }
+        )
+        return argv, env
+
+    def _terminate(self, pod) -> None:
+        backed = self.pods.pop(pod.metadata.uid, None)
+        if backed is not None and backed.proc is not None:
+            grace = pod.metadata.deletion_grace_period_seconds or 0
+            stop(backed.proc, grace_s=min(float(grace), MAX_GRACE_S))
+        from kubernetes.client.exceptions import ApiException
+
+        try:  # what the kubelet does once containers are gone
+            self.core.delete_namespaced_pod(
+                pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def _forget(self, uid: str) -> None:
+        backed = self.pods.pop(uid)
+        if backed.proc is not None:
+            stop(backed.proc, grace_s=MAX_GRACE_S)
+
+    def _report(self, pod, backed: _Backed, state: tuple, build) -> None:
+        """Patch the pod's status when what it should report changed, or when someone
+        else changed it (the node controller marks pods NotReady, for one)."""
+        status = build()
+        if backed.reported == state and _ready(pod) == _ready_in(status):
+            return
+        self.core.patch_namespaced_pod_status(
+            pod.metadata.name, pod.metadata.namespace, {"status": status}
+        )
+        backed.reported = state
+
+    def _allocate_ip(self, pod) -> str:
+        if pod.status and pod.status.pod_ip:  # a restarted backer keeps the pod's address
+            return pod.status.pod_ip
+        used = {b.ip for b in self.pods.values()}
+        for host in self.ip_range.hosts():
+            if str(host) not in used:
+                return str(host)
+        raise RuntimeError(f"no free address left in {self.ip_range}")
+
+
+def _ready(pod) -> str | None:
+    conditions = (pod.status and pod.status.conditions) or []
+    return next((c.status for c in conditions if c.type == "Ready"), None)
+
+
+def _ready_in(status: dict) -> str:
+    return next(c["status"] for c in status["conditions"] if c["type"] == "Ready")
+
+
+def _is_backed(pod) -> bool:
+    return (pod.metadata.annotations or {}).get(BACKED_ANNOTATION) == "true"
+
+
+def _key(pod) -> str:
+    return f"{pod.metadata.namespace}/{pod.metadata.name}"
