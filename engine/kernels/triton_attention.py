@@ -99,7 +99,7 @@ def _paged_attention_kernel(
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
 
-    out = acc / l_i[:, None]
+    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # padding rows saw no key
     o_ptrs = out_ptr + (q_start + offs_m)[:, None] * stride_o_token + head * stride_o_head
     tl.store(
         o_ptrs + offs_d[None, :],

@@ -146,6 +146,7 @@ def _rope(raw: dict, path: Path) -> tuple[float, dict | None]:
         )
     if rope_type == "default":
         return theta, None
+    scaling = {key: value for key, value in scaling.items() if key not in ("rope_theta", "type")}
     return theta, {**scaling, "rope_type": rope_type}
 
 

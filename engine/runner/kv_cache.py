@@ -43,13 +43,18 @@ def cpu_num_blocks(config: EngineConfig) -> int:
 
 def gpu_num_blocks(config: EngineConfig, peak_bytes_in_use: int) -> int:
     """Blocks that fit in what the profile run left of the memory budget."""
-    _, total = torch.cuda.mem_get_info(torch.device(config.device))
+    device = torch.device(config.device)
+    free, total = torch.cuda.mem_get_info(device)
+    # Memory torch's allocator does not hold (CUDA context, NCCL, other processes) is
+    # taken as spoken for.
+    outside_torch = max(total - free - torch.cuda.memory_reserved(device), 0)
     allowed = int(total * config.gpu_memory_utilization)
-    budget = allowed - peak_bytes_in_use
+    budget = allowed - peak_bytes_in_use - outside_torch
     if budget <= 0:
         raise ValueError(
             f"no GPU memory left for the KV cache: weights and activations peak at "
-            f"{peak_bytes_in_use / 2**30:.1f} GiB of the {allowed / 2**30:.1f} GiB allowed; "
+            f"{peak_bytes_in_use / 2**30:.1f} GiB and {outside_torch / 2**30:.1f} GiB is used "
+            f"outside torch, of the {allowed / 2**30:.1f} GiB allowed; "
             "raise gpu_memory_utilization or lower max_num_batched_tokens"
         )
     return min(budget // bytes_per_block(config), blocks_worth_having(config))
