@@ -29,7 +29,7 @@ _FINISHED = {
 }
 
 
-@dataclass
+@dataclass(slots=True)
 class Request:
     """One sequence being generated.
 
@@ -93,7 +93,7 @@ class Request:
         """Finish on a stop token, EOS or the length cap; True when it finished."""
         params = self.sampling_params
         last = self.output_token_ids[-1]
-        if self.num_output_tokens >= params.min_tokens:
+        if len(self.output_token_ids) >= params.min_tokens:
             if last in params.stop_token_ids:
                 return self._finish(RequestStatus.FINISHED_STOPPED, last)
             if not params.ignore_eos and last in self.eos_token_ids:

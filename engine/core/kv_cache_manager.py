@@ -53,8 +53,12 @@ class KVCacheManager:
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
-    def block_ids(self, request_id: str) -> list[int]:
-        return [block.block_id for block in self.req_blocks.get(request_id, ())]
+    def block_ids(self, request_id: str, start: int = 0) -> list[int]:
+        """The request's block ids from index `start` on."""
+        return [block.block_id for block in self.req_blocks.get(request_id, ())[start:]]
+
+    def num_request_blocks(self, request_id: str) -> int:
+        return len(self.req_blocks.get(request_id, ()))
 
     def mark_step_computed(self) -> None:
         """The scheduled step ran: every block indexed for it now holds its K/V."""
@@ -94,22 +98,26 @@ class KVCacheManager:
         computed_blocks: list[KVCacheBlock] | None = None,
     ) -> bool:
         """Make room for `num_new_tokens` more tokens; False (and no change) if it can't."""
-        computed_blocks = computed_blocks or []
-        blocks = self.req_blocks.setdefault(request.request_id, [])
-        num_computed = request.num_computed_tokens + len(computed_blocks) * self.block_size
-        total_tokens = num_computed + num_new_tokens
-        num_new_blocks = self.blocks_for(total_tokens) - len(blocks) - len(computed_blocks)
-        # Reviving a free cached block takes it out of the free queue too.
-        num_revived = sum(1 for block in computed_blocks if block.ref_cnt == 0)
-        if num_new_blocks > self.pool.num_free_blocks - num_revived:
-            if not blocks:
-                del self.req_blocks[request.request_id]
-            return False
-        self.pool.touch(computed_blocks)
-        blocks.extend(computed_blocks)
-        if num_new_blocks > 0:
-            blocks.extend(self.pool.allocate(num_new_blocks))
-        self._index_full_blocks(request, blocks, total_tokens, len(computed_blocks))
+        blocks = self.req_blocks.get(request.request_id)
+        if blocks is None:
+            blocks = self.req_blocks[request.request_id] = []
+        num_hit = len(computed_blocks) if computed_blocks else 0
+        total_tokens = request.num_computed_tokens + num_hit * self.block_size + num_new_tokens
+        num_new_blocks = -(-total_tokens // self.block_size) - len(blocks) - num_hit
+        if num_new_blocks > 0 or num_hit:  # a decode step inside its last block skips this
+            # Reviving a free cached block takes it out of the free queue too.
+            num_revived = sum(1 for block in computed_blocks or () if block.ref_cnt == 0)
+            if num_new_blocks > self.pool.num_free_blocks - num_revived:
+                if not blocks:
+                    del self.req_blocks[request.request_id]
+                return False
+            if num_hit:
+                self.pool.touch(computed_blocks)
+                blocks.extend(computed_blocks)
+            if num_new_blocks > 0:
+                blocks.extend(self.pool.allocate(num_new_blocks))
+        if self.enable_prefix_caching or request.share_group is not None:
+            self._index_full_blocks(request, blocks, total_tokens, num_hit)
         return True
 
     def free(self, request: Request) -> None:
@@ -142,8 +150,6 @@ class KVCacheManager:
     def _index_full_blocks(
         self, request: Request, blocks: list[KVCacheBlock], num_tokens: int, num_hit: int
     ) -> None:
-        if not self._hashing(request):
-            return
         request_id = request.request_id
         start = self._num_cached_blocks.get(request_id, num_hit)
         end = num_tokens // self.block_size

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pagoda.engine.sampling_params import SamplingParams
 
 
-@dataclass
+@dataclass(slots=True)
 class NewRequestData:
     """A request the runner has not seen before."""
 
@@ -25,7 +25,7 @@ class NewRequestData:
     lora_id: int | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class CachedRequestData:
     """A request the runner already holds; `resumed` means its blocks were all replaced."""
 
@@ -35,7 +35,7 @@ class CachedRequestData:
     resumed: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class SchedulerOutput:
     new_requests: list[NewRequestData] = field(default_factory=list)
     cached_requests: list[CachedRequestData] = field(default_factory=list)
@@ -52,7 +52,7 @@ class SchedulerOutput:
         return not self.num_scheduled_tokens
 
 
-@dataclass
+@dataclass(slots=True)
 class Logprobs:
     """Log-probabilities of one generated token and the top alternatives."""
 
@@ -62,7 +62,7 @@ class Logprobs:
     top: list[tuple[int, float]]  # (token id, logprob), most likely first
 
 
-@dataclass
+@dataclass(slots=True)
 class ModelRunnerOutput:
     """Per request that reached the end of its known tokens: the token it sampled."""
 
@@ -70,7 +70,7 @@ class ModelRunnerOutput:
     logprobs: dict[str, Logprobs] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class EngineCoreOutput:
     """What the frontend hears about one request after one step."""
 

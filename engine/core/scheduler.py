@@ -164,13 +164,17 @@ class Scheduler:
         out.num_scheduled_tokens[request.request_id] = num_new
 
     def _schedule_cached(self, out: SchedulerOutput, request: Request, num_new: int) -> None:
-        block_ids = self.kv_cache.block_ids(request.request_id)
-        num_sent = self._num_sent_blocks[request.request_id]
-        self._num_sent_blocks[request.request_id] = len(block_ids)
-        out.cached_requests.append(
-            CachedRequestData(request.request_id, block_ids[num_sent:], request.num_computed_tokens)
+        request_id = request.request_id
+        num_sent = self._num_sent_blocks[request_id]
+        num_blocks = self.kv_cache.num_request_blocks(request_id)
+        new_block_ids = (
+            self.kv_cache.block_ids(request_id, num_sent) if num_blocks > num_sent else []
         )
-        out.num_scheduled_tokens[request.request_id] = num_new
+        self._num_sent_blocks[request_id] = num_blocks
+        out.cached_requests.append(
+            CachedRequestData(request_id, new_block_ids, request.num_computed_tokens)
+        )
+        out.num_scheduled_tokens[request_id] = num_new
 
     def _preempt(self, request: Request, out: SchedulerOutput) -> int:
         """Free the request's blocks and queue it for recompute; returns budget freed."""

@@ -97,7 +97,7 @@ def test_request_that_can_never_fit_the_kv_cache(llama_dir):
 
 def test_kv_cache_too_small_for_max_model_len_is_refused_at_start(llama_dir):
     with pytest.raises(ValueError, match="max_model_len"):
-        LLM(str(llama_dir), kv_cache_memory_bytes=4096)
+        LLM(str(llama_dir), device="cpu", kv_cache_memory_bytes=4096)
 
 
 @pytest.fixture

@@ -50,7 +50,7 @@ def test_next_token_logits_match_transformers(arch, tiny_model_dir):
     original = model.compute_logits
     model.compute_logits = lambda hidden: captured.append(original(hidden)) or captured[-1]
     llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=1))  # one batched prefill
-    ours = captured[0]  # [2, vocab], rows in submission order
+    ours = captured[0].cpu()  # [2, vocab], rows in submission order
     hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     for row, prompt in enumerate(prompts):
         ids = tokenizer(prompt, return_tensors="pt").input_ids
