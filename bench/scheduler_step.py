@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
 import statistics
@@ -103,7 +104,8 @@ def main() -> int:
     record = {
         "benchmark": "scheduler_step",
         "machine": platform.node(),
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
         "python": platform.python_version(),
         "commit": _commit(),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -127,6 +129,16 @@ def main() -> int:
         )
     print(f"wrote {path}")
     return 0
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
 
 
 def _commit() -> str:
