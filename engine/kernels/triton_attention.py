@@ -1,9 +1,10 @@
 """Triton paged attention for ragged batches that mix prefill and decode tokens.
 
 One program per (sequence, query head, block of BLOCK_M queries) walks the sequence's KV
-blocks with an online softmax (flash-attention style), so prefill chunks and single decode
-tokens go through the same kernel. A first correct version: split-K decode and tuning come
-with the performance work. Runs on the GPU, and on the CPU under TRITON_INTERPRET=1.
+with an online softmax (flash-attention style), TILE_N tokens gathered from several pages
+per iteration, so prefill chunks and any mix of query lengths go through one kernel.
+Pure decode batches use triton_decode.py (split-K, GQA-grouped) instead. Runs on the GPU,
+and on the CPU under TRITON_INTERPRET=1.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import triton.language as tl
 
 from pagoda.engine.layers.attention_metadata import AttentionMetadata
 
-BLOCK_M = 16
+LOG2E = 1.4426950408889634
 
 
 @triton.jit
@@ -26,7 +27,7 @@ def _paged_attention_kernel(
     block_tables_ptr,
     query_start_loc_ptr,
     seq_lens_ptr,
-    scale,
+    scale_log2,  # softmax scale × log2(e): the kernel uses exp2
     sliding_window,  # 0: no window
     stride_q_token,
     stride_q_head,
@@ -41,6 +42,7 @@ def _paged_attention_kernel(
     HEAD_DIM_PADDED: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr,
+    TILE_N: tl.constexpr,  # KV tokens per iteration, a multiple of BLOCK_SIZE
     IEEE_FP32: tl.constexpr,
 ):
     seq = tl.program_id(0)
@@ -66,33 +68,40 @@ def _paged_attention_kernel(
     kv_start = 0
     if sliding_window > 0:
         first_visible = tl.maximum(context_len + m_block * BLOCK_M - sliding_window + 1, 0)
-        kv_start = (first_visible // BLOCK_SIZE) * BLOCK_SIZE
+        kv_start = (first_visible // TILE_N) * TILE_N
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PADDED], dtype=tl.float32)
-    offs_slot = tl.arange(0, BLOCK_SIZE)
-    for start in range(kv_start, kv_end, BLOCK_SIZE):
-        block_id = tl.load(block_tables_ptr + seq * stride_table_seq + start // BLOCK_SIZE)
-        base = block_id.to(tl.int64) * stride_cache_block + kv_head * stride_cache_head
-        kv_offs = base + offs_slot[None, :] * stride_cache_slot + offs_d[:, None]
-        offs_n = start + offs_slot
-        k = tl.load(k_cache_ptr + kv_offs, mask=d_mask[:, None], other=0.0)  # [D, BLOCK_SIZE]
+    offs_n = tl.arange(0, TILE_N)
+    table = block_tables_ptr + seq * stride_table_seq
+    for tile_start in range(kv_start, kv_end, TILE_N):
+        positions = tile_start + offs_n  # gathered from several pages at once
+        in_range = positions < kv_end
+        block_ids = tl.load(table + positions // BLOCK_SIZE, mask=in_range, other=0)
+        token_offs = (
+            block_ids.to(tl.int64) * stride_cache_block
+            + (positions % BLOCK_SIZE) * stride_cache_slot
+            + kv_head * stride_cache_head
+        )
+        k = tl.load(k_cache_ptr + token_offs[None, :] + offs_d[:, None],
+                    mask=in_range[None, :] & d_mask[:, None], other=0.0)  # [D, TILE_N]
         if IEEE_FP32:  # noqa: SIM108 - constexpr branches compile separately
             s = tl.dot(q, k, input_precision="ieee")
         else:
             s = tl.dot(q, k)
-        s = s * scale
-        visible = (offs_n[None, :] <= q_pos[:, None]) & (offs_n[None, :] < seq_len)
+        s = s * scale_log2
+        visible = (positions[None, :] <= q_pos[:, None]) & in_range[None, :]
         if sliding_window > 0:
-            visible = visible & (offs_n[None, :] > q_pos[:, None] - sliding_window)
+            visible = visible & (positions[None, :] > q_pos[:, None] - sliding_window)
         s = tl.where(visible, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
-        p = tl.exp(s - m_safe[:, None])
-        alpha = tl.exp(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_cache_ptr + tl.trans(kv_offs), mask=d_mask[None, :], other=0.0)
+        v = tl.load(v_cache_ptr + token_offs[:, None] + offs_d[None, :],
+                    mask=in_range[:, None] & d_mask[None, :], other=0.0)  # [TILE_N, D]
         if IEEE_FP32:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
         else:
@@ -118,9 +127,11 @@ def paged_attention(
     """Same contract as kernels.reference.paged_attention."""
     _, num_heads, head_dim = query.shape
     _, _, block_size, num_kv_heads, _ = kv_cache.shape
-    out = torch.empty_like(query)
+    out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
     key_cache, value_cache = kv_cache[0], kv_cache[1]
-    grid = (meta.num_seqs, num_heads, triton.cdiv(meta.max_query_len, BLOCK_M))
+    # Long query runs (prefill) get big tiles; decode-like batches small ones.
+    block_m = 64 if meta.max_query_len >= 64 else 16
+    grid = (meta.num_seqs, num_heads, triton.cdiv(meta.max_query_len, block_m))
     _paged_attention_kernel[grid](
         query,
         key_cache,
@@ -129,7 +140,7 @@ def paged_attention(
         meta.block_tables,
         meta.query_start_loc,
         meta.seq_lens,
-        scale,
+        scale * LOG2E,
         sliding_window or 0,
         query.stride(0),
         query.stride(1),
@@ -143,7 +154,8 @@ def paged_attention(
         HEAD_DIM=head_dim,
         HEAD_DIM_PADDED=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_SIZE=block_size,
-        BLOCK_M=BLOCK_M,
+        BLOCK_M=block_m,
+        TILE_N=max(64, block_size),
         IEEE_FP32=query.dtype == torch.float32,
     )
     return out

@@ -143,3 +143,55 @@ def test_triton_matches_reference_at_full_shapes(triton_attention, dtype):
         got = triton_attention.paged_attention(query, kv_cache, meta, 128**-0.5)
         tolerance = 2e-5 if dtype == torch.float32 else 2e-2
         torch.testing.assert_close(got.float(), expected.float(), atol=tolerance, rtol=tolerance)
+
+
+@pytest.fixture(scope="module")
+def triton_decode():
+    if not ON_GPU:
+        os.environ["TRITON_INTERPRET"] = "1"
+    from pagoda.engine.kernels import triton_decode as module
+
+    module = importlib.reload(module)
+    yield module
+    if not ON_GPU:
+        os.environ.pop("TRITON_INTERPRET", None)
+
+
+DECODE_CASES = [
+    # (num_heads, num_kv_heads, head_dim, block_size, sliding_window, num_splits)
+    (8, 2, 16, 16, None, 1),
+    (8, 2, 16, 16, None, 3),
+    (4, 4, 32, 16, None, None),
+    (6, 2, 24, 32, 21, 2),  # odd group size, head_dim not a power of two, a window
+]
+
+
+@pytest.mark.parametrize("index", range(len(DECODE_CASES)), ids=[str(c) for c in DECODE_CASES])
+def test_split_k_decode_matches_reference(triton_decode, index):
+    num_heads, num_kv_heads, head_dim, block_size, window, splits = DECODE_CASES[index]
+    rng = random.Random(100 + index)
+    device = "cuda" if ON_GPU else "cpu"
+    kv_cache, meta = random_batch(
+        rng, num_seqs=4, max_context=150, block_size=block_size, num_kv_heads=num_kv_heads,
+        head_dim=head_dim, dtype=torch.float32, device=device, decode_only=True)
+    query = torch.randn(meta.num_seqs, num_heads, head_dim, device=device)
+    scale = head_dim**-0.5
+    expected = reference.paged_attention(query, kv_cache, meta, scale, window)
+    got = triton_decode.paged_decode_attention(
+        query, kv_cache, meta.block_tables, meta.seq_lens, scale, window, num_splits=splits)
+    torch.testing.assert_close(got, expected, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("splits", [1, 4, None])
+def test_split_k_decode_at_full_shapes(triton_decode, splits):
+    rng = random.Random(splits or 0)
+    kv_cache, meta = random_batch(
+        rng, num_seqs=32, max_context=4000, block_size=16, num_kv_heads=8, head_dim=128,
+        dtype=torch.bfloat16, device="cuda", decode_only=True)
+    query = torch.randn(meta.num_seqs, 32, 128, device="cuda", dtype=torch.bfloat16)
+    expected = reference.paged_attention(query, kv_cache, meta, 128**-0.5)
+    got = triton_decode.paged_decode_attention(
+        query, kv_cache, meta.block_tables, meta.seq_lens, 128**-0.5, num_splits=splits)
+    torch.testing.assert_close(got.float(), expected.float(), atol=2e-2, rtol=2e-2)

@@ -1,0 +1,221 @@
+"""Triton paged decode attention: one query token per sequence, split-K over the context.
+
+Decode reads every cached K/V byte of every sequence once per generated token, so it is
+bound by memory bandwidth. Two things keep the bandwidth high:
+- GQA grouping: one program serves all query heads that share a KV head, so each K/V
+  block is read once, not once per query head;
+- split-K (flash-decoding): a sequence's context is cut into NUM_SPLITS ranges handled by
+  separate programs, so a small batch with long contexts still fills every SM; a second
+  kernel merges the partial softmaxes.
+Each iteration gathers TILE_N tokens from several pages at once (wider loads than one
+16-token page). The grid depends only on (batch rows, NUM_SPLITS), so the launch can be
+captured in a CUDA graph; rows of padding point at a scratch block and are ignored.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _decode_partial_kernel(
+    q_ptr,  # [num_seqs, heads, dim]
+    k_cache_ptr,  # [blocks, block_size, kv_heads, dim]
+    v_cache_ptr,
+    block_tables_ptr,  # [num_seqs, max_blocks]
+    seq_lens_ptr,  # [num_seqs]
+    out_ptr,  # NUM_SPLITS == 1: [num_seqs, heads, dim]; else [num_seqs, heads, splits, dim]
+    m_ptr,  # [num_seqs, heads, splits] fp32 (unused when NUM_SPLITS == 1)
+    l_ptr,
+    scale_log2,  # softmax scale × log2(e)
+    sliding_window,  # 0: none
+    stride_q_seq,
+    stride_q_head,
+    stride_cache_block,
+    stride_cache_slot,
+    stride_cache_head,
+    stride_table_seq,
+    QUERIES_PER_KV: tl.constexpr,
+    GROUP_PADDED: tl.constexpr,  # QUERIES_PER_KV padded to >= 16 for tl.dot
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PADDED: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    TILE_N: tl.constexpr,  # tokens per iteration, a multiple of BLOCK_SIZE
+    NUM_SPLITS: tl.constexpr,
+    NUM_HEADS: tl.constexpr,
+    IEEE_FP32: tl.constexpr,
+):
+    seq = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    seq_len = tl.load(seq_lens_ptr + seq)
+
+    # This split's token range, in whole tiles.
+    tiles = tl.cdiv(seq_len, TILE_N)
+    tiles_per_split = tl.cdiv(tiles, NUM_SPLITS)
+    start = split * tiles_per_split * TILE_N
+    end = tl.minimum(start + tiles_per_split * TILE_N, seq_len)
+    if sliding_window > 0:
+        start = tl.maximum(start, ((seq_len - sliding_window) // TILE_N) * TILE_N)
+
+    offs_g = tl.arange(0, GROUP_PADDED)
+    offs_d = tl.arange(0, HEAD_DIM_PADDED)
+    g_mask = offs_g < QUERIES_PER_KV
+    d_mask = offs_d < HEAD_DIM
+    heads = kv_head * QUERIES_PER_KV + offs_g
+    q = tl.load(
+        q_ptr + seq * stride_q_seq + heads[:, None] * stride_q_head + offs_d[None, :],
+        mask=g_mask[:, None] & d_mask[None, :],
+        other=0.0,
+    )
+
+    m_i = tl.full([GROUP_PADDED], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([GROUP_PADDED], dtype=tl.float32)
+    acc = tl.zeros([GROUP_PADDED, HEAD_DIM_PADDED], dtype=tl.float32)
+    offs_n = tl.arange(0, TILE_N)
+    table = block_tables_ptr + seq * stride_table_seq
+    for tile_start in range(start, end, TILE_N):
+        positions = tile_start + offs_n
+        valid = positions < end
+        if sliding_window > 0:
+            valid = valid & (positions > seq_len - 1 - sliding_window)
+        block_ids = tl.load(table + positions // BLOCK_SIZE, mask=valid, other=0)
+        token_offs = (
+            block_ids.to(tl.int64) * stride_cache_block
+            + (positions % BLOCK_SIZE) * stride_cache_slot
+            + kv_head * stride_cache_head
+        )
+        kv_mask = valid[None, :] & d_mask[:, None]
+        k = tl.load(k_cache_ptr + token_offs[None, :] + offs_d[:, None], mask=kv_mask, other=0.0)
+        if IEEE_FP32:  # noqa: SIM108 - constexpr branches compile separately
+            s = tl.dot(q, k, input_precision="ieee")
+        else:
+            s = tl.dot(q, k)
+        s = tl.where(valid[None, :], s * scale_log2, float("-inf"))  # [GROUP, TILE_N]
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp2(s - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_cache_ptr + token_offs[:, None] + offs_d[None, :],
+                    mask=valid[:, None] & d_mask[None, :], other=0.0)
+        if IEEE_FP32:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+
+    out_mask = g_mask[:, None] & d_mask[None, :]
+    if NUM_SPLITS == 1:
+        out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+        o_ptrs = out_ptr + (seq * NUM_HEADS + heads)[:, None] * HEAD_DIM + offs_d[None, :]
+        tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=out_mask)
+    else:
+        row = (seq * NUM_HEADS + heads) * NUM_SPLITS + split  # [GROUP]
+        tl.store(out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=out_mask)
+        tl.store(m_ptr + row, m_i, mask=g_mask)
+        tl.store(l_ptr + row, l_i, mask=g_mask)
+
+
+@triton.jit
+def _decode_merge_kernel(
+    partial_ptr,  # [num_seqs, heads, splits, dim] fp32, unnormalized
+    m_ptr,  # [num_seqs, heads, splits]
+    l_ptr,
+    out_ptr,  # [num_seqs, heads, dim]
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PADDED: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    SPLITS_PADDED: tl.constexpr,
+):
+    row = tl.program_id(0)  # seq * heads + head
+    offs_s = tl.arange(0, SPLITS_PADDED)
+    offs_d = tl.arange(0, HEAD_DIM_PADDED)
+    s_mask = offs_s < NUM_SPLITS
+    m = tl.load(m_ptr + row * NUM_SPLITS + offs_s, mask=s_mask, other=float("-inf"))
+    l_split = tl.load(l_ptr + row * NUM_SPLITS + offs_s, mask=s_mask, other=0.0)
+    m_max = tl.max(m, 0)
+    m_max = tl.where(m_max == float("-inf"), 0.0, m_max)
+    weight = tl.exp2(m - m_max)  # empty splits: exp2(-inf) = 0
+    total = tl.sum(l_split * weight, 0)
+    partial = tl.load(
+        partial_ptr + (row * NUM_SPLITS + offs_s)[:, None] * HEAD_DIM + offs_d[None, :],
+        mask=s_mask[:, None] & (offs_d[None, :] < HEAD_DIM),
+        other=0.0,
+    )
+    out = tl.sum(partial * weight[:, None], 0) / tl.where(total == 0.0, 1.0, total)
+    tl.store(out_ptr + row * HEAD_DIM + offs_d, out.to(out_ptr.dtype.element_ty),
+             mask=offs_d < HEAD_DIM)
+
+
+def choose_num_splits(num_seqs: int, num_kv_heads: int, num_sms: int = 132) -> int:
+    """Enough programs to fill the GPU about twice, at most 16 splits."""
+    programs = num_seqs * num_kv_heads
+    return max(1, min(16, triton.cdiv(2 * num_sms, programs)))
+
+
+class DecodeWorkspace:
+    """Scratch buffers for split-K partials, allocated once (CUDA graphs need fixed ones)."""
+
+    def __init__(self, max_seqs: int, num_heads: int, head_dim: int, max_splits: int,
+                 device: torch.device) -> None:
+        self.partial = torch.empty(max_seqs * num_heads * max_splits * head_dim,
+                                   dtype=torch.float32, device=device)
+        self.m = torch.empty(max_seqs * num_heads * max_splits, dtype=torch.float32,
+                             device=device)
+        self.l = torch.empty_like(self.m)
+
+
+def paged_decode_attention(
+    query: torch.Tensor,  # [num_seqs, heads, dim]: one token per sequence
+    kv_cache: torch.Tensor,  # [2, blocks, block_size, kv_heads, dim]
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    sliding_window: int | None = None,
+    num_splits: int | None = None,
+    workspace: DecodeWorkspace | None = None,
+) -> torch.Tensor:
+    num_seqs, num_heads, head_dim = query.shape
+    _, _, block_size, num_kv_heads, _ = kv_cache.shape
+    if num_splits is None:
+        num_splits = choose_num_splits(num_seqs, num_kv_heads)
+    out = torch.empty(query.shape, dtype=query.dtype, device=query.device)  # contiguous
+    if workspace is None and num_splits > 1:
+        workspace = DecodeWorkspace(num_seqs, num_heads, head_dim, num_splits, query.device)
+    group = num_heads // num_kv_heads
+    head_dim_padded = triton.next_power_of_2(head_dim)
+    tile_n = max(64, block_size)
+    key_cache, value_cache = kv_cache[0], kv_cache[1]
+    partial_out = out if num_splits == 1 else workspace.partial
+    m_buf = out if num_splits == 1 else workspace.m
+    l_buf = out if num_splits == 1 else workspace.l
+    _decode_partial_kernel[(num_seqs, num_kv_heads, num_splits)](
+        query, key_cache, value_cache, block_tables, seq_lens, partial_out, m_buf, l_buf,
+        scale * LOG2E, sliding_window or 0,
+        query.stride(0), query.stride(1),
+        key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
+        block_tables.stride(0),
+        QUERIES_PER_KV=group,
+        GROUP_PADDED=max(16, triton.next_power_of_2(group)),
+        HEAD_DIM=head_dim,
+        HEAD_DIM_PADDED=head_dim_padded,
+        BLOCK_SIZE=block_size,
+        TILE_N=tile_n,
+        NUM_SPLITS=num_splits,
+        NUM_HEADS=num_heads,
+        IEEE_FP32=query.dtype == torch.float32,
+    )
+    if num_splits > 1:
+        _decode_merge_kernel[(num_seqs * num_heads,)](
+            workspace.partial, workspace.m, workspace.l, out,
+            HEAD_DIM=head_dim,
+            HEAD_DIM_PADDED=head_dim_padded,
+            NUM_SPLITS=num_splits,
+            SPLITS_PADDED=triton.next_power_of_2(num_splits),
+        )
+    return out
