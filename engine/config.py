@@ -39,6 +39,8 @@ class EngineConfig:
     attention_backend: str | None = None  # torch | triton; auto by device
     tensor_parallel_size: int = 1
     prefix_cache_hash_seed: int | None = None  # None: random per engine
+    load_format: str = "safetensors"  # or "dummy": random weights (benchmarks)
+    enforce_eager: bool = False  # True: no CUDA graphs
     served_model_name: str | None = None
 
     # Filled by resolve():
@@ -97,6 +99,10 @@ class EngineConfig:
         ):
             if getattr(self, name) is not None:
                 _positive(self, name)
+        if self.load_format not in ("safetensors", "dummy"):
+            raise ValueError(
+                f"load_format must be 'safetensors' or 'dummy', got {self.load_format!r}"
+            )
         if self.scheduling_policy not in ("fcfs", "priority"):
             raise ValueError(
                 f"scheduling_policy must be 'fcfs' or 'priority', got {self.scheduling_policy!r}"

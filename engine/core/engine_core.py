@@ -25,6 +25,7 @@ class EngineCore:
         self.runner = ModelRunner(config)
         num_blocks = self.runner.determine_num_blocks()
         self.runner.init_kv_cache(num_blocks)
+        self.runner.capture_cuda_graphs()
         self.kv_cache = KVCacheManager(
             num_blocks,
             config.block_size,

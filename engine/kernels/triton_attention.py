@@ -84,8 +84,11 @@ def _paged_attention_kernel(
             + (positions % BLOCK_SIZE) * stride_cache_slot
             + kv_head * stride_cache_head
         )
-        k = tl.load(k_cache_ptr + token_offs[None, :] + offs_d[:, None],
-                    mask=in_range[None, :] & d_mask[:, None], other=0.0)  # [D, TILE_N]
+        k = tl.load(
+            k_cache_ptr + token_offs[None, :] + offs_d[:, None],
+            mask=in_range[None, :] & d_mask[:, None],
+            other=0.0,
+        )  # [D, TILE_N]
         if IEEE_FP32:  # noqa: SIM108 - constexpr branches compile separately
             s = tl.dot(q, k, input_precision="ieee")
         else:
@@ -100,8 +103,11 @@ def _paged_attention_kernel(
         p = tl.exp2(s - m_safe[:, None])
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_cache_ptr + token_offs[:, None] + offs_d[None, :],
-                    mask=in_range[:, None] & d_mask[None, :], other=0.0)  # [TILE_N, D]
+        v = tl.load(
+            v_cache_ptr + token_offs[:, None] + offs_d[None, :],
+            mask=in_range[:, None] & d_mask[None, :],
+            other=0.0,
+        )  # [TILE_N, D]
         if IEEE_FP32:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
         else:

@@ -101,8 +101,11 @@ def _decode_partial_kernel(
         p = tl.exp2(s - m_safe[:, None])
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_cache_ptr + token_offs[:, None] + offs_d[None, :],
-                    mask=valid[:, None] & d_mask[None, :], other=0.0)
+        v = tl.load(
+            v_cache_ptr + token_offs[:, None] + offs_d[None, :],
+            mask=valid[:, None] & d_mask[None, :],
+            other=0.0,
+        )
         if IEEE_FP32:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
         else:
@@ -148,8 +151,9 @@ def _decode_merge_kernel(
         other=0.0,
     )
     out = tl.sum(partial * weight[:, None], 0) / tl.where(total == 0.0, 1.0, total)
-    tl.store(out_ptr + row * HEAD_DIM + offs_d, out.to(out_ptr.dtype.element_ty),
-             mask=offs_d < HEAD_DIM)
+    tl.store(
+        out_ptr + row * HEAD_DIM + offs_d, out.to(out_ptr.dtype.element_ty), mask=offs_d < HEAD_DIM
+    )
 
 
 def choose_num_splits(num_seqs: int, num_kv_heads: int, num_sms: int = 132) -> int:
@@ -161,12 +165,13 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, num_sms: int = 132) -> i
 class DecodeWorkspace:
     """Scratch buffers for split-K partials, allocated once (CUDA graphs need fixed ones)."""
 
-    def __init__(self, max_seqs: int, num_heads: int, head_dim: int, max_splits: int,
-                 device: torch.device) -> None:
-        self.partial = torch.empty(max_seqs * num_heads * max_splits * head_dim,
-                                   dtype=torch.float32, device=device)
-        self.m = torch.empty(max_seqs * num_heads * max_splits, dtype=torch.float32,
-                             device=device)
+    def __init__(
+        self, max_seqs: int, num_heads: int, head_dim: int, max_splits: int, device: torch.device
+    ) -> None:
+        self.partial = torch.empty(
+            max_seqs * num_heads * max_splits * head_dim, dtype=torch.float32, device=device
+        )
+        self.m = torch.empty(max_seqs * num_heads * max_splits, dtype=torch.float32, device=device)
         self.l = torch.empty_like(self.m)
 
 
@@ -195,10 +200,21 @@ def paged_decode_attention(
     m_buf = out if num_splits == 1 else workspace.m
     l_buf = out if num_splits == 1 else workspace.l
     _decode_partial_kernel[(num_seqs, num_kv_heads, num_splits)](
-        query, key_cache, value_cache, block_tables, seq_lens, partial_out, m_buf, l_buf,
-        scale * LOG2E, sliding_window or 0,
-        query.stride(0), query.stride(1),
-        key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        seq_lens,
+        partial_out,
+        m_buf,
+        l_buf,
+        scale * LOG2E,
+        sliding_window or 0,
+        query.stride(0),
+        query.stride(1),
+        key_cache.stride(0),
+        key_cache.stride(1),
+        key_cache.stride(2),
         block_tables.stride(0),
         QUERIES_PER_KV=group,
         GROUP_PADDED=max(16, triton.next_power_of_2(group)),
@@ -212,7 +228,10 @@ def paged_decode_attention(
     )
     if num_splits > 1:
         _decode_merge_kernel[(num_seqs * num_heads,)](
-            workspace.partial, workspace.m, workspace.l, out,
+            workspace.partial,
+            workspace.m,
+            workspace.l,
+            out,
             HEAD_DIM=head_dim,
             HEAD_DIM_PADDED=head_dim_padded,
             NUM_SPLITS=num_splits,

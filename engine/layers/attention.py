@@ -15,14 +15,44 @@ from pagoda.engine.layers.attention_metadata import AttentionMetadata
 BACKENDS = ("torch", "triton")
 
 
-def attention_function(backend: str):
-    if backend == "torch":
-        return reference.paged_attention
-    if backend == "triton":
-        from pagoda.engine.kernels import triton_attention
+class TorchBackend:
+    """The pure-torch reference: any device, the oracle in tests."""
 
-        return triton_attention.paged_attention
-    raise ValueError(f"unknown attention backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    def __call__(self, query, kv_cache, meta: AttentionMetadata, scale, sliding_window):
+        return reference.paged_attention(query, kv_cache, meta, scale, sliding_window)
+
+
+class TritonBackend:
+    """Split-K decode kernel for decode-only batches, the ragged kernel for the rest."""
+
+    def __init__(self, workspace=None) -> None:
+        from pagoda.engine.kernels import triton_attention, triton_decode
+
+        self._ragged = triton_attention.paged_attention
+        self._decode = triton_decode.paged_decode_attention
+        self.workspace = workspace  # split-K scratch, fixed so CUDA graphs can reuse it
+
+    def __call__(self, query, kv_cache, meta: AttentionMetadata, scale, sliding_window):
+        if meta.decode_only:
+            return self._decode(
+                query,
+                kv_cache,
+                meta.block_tables,
+                meta.seq_lens,
+                scale,
+                sliding_window,
+                meta.num_splits,
+                self.workspace,
+            )
+        return self._ragged(query, kv_cache, meta, scale, sliding_window)
+
+
+def make_backend(name: str, workspace=None):
+    if name == "torch":
+        return TorchBackend()
+    if name == "triton":
+        return TritonBackend(workspace)
+    raise ValueError(f"unknown attention backend {name!r}: use one of {', '.join(BACKENDS)}")
 
 
 class Attention(nn.Module):
@@ -40,7 +70,7 @@ class Attention(nn.Module):
         self.scale = head_dim**-0.5
         self.sliding_window = sliding_window
         self.kv_cache: torch.Tensor | None = None  # bound by the model runner
-        self.attend = reference.paged_attention
+        self.backend = TorchBackend()
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata
@@ -49,4 +79,4 @@ class Attention(nn.Module):
         if self.kv_cache is None:
             raise RuntimeError("the KV cache is not bound: call ModelRunner.init_kv_cache first")
         reference.store_kv(k, v, self.kv_cache, meta.slot_mapping)
-        return self.attend(q, self.kv_cache, meta, self.scale, self.sliding_window)
+        return self.backend(q, self.kv_cache, meta, self.scale, self.sliding_window)

@@ -23,6 +23,9 @@ class AttentionMetadata:
     max_seq_len: int
     query_start_loc_cpu: list[int]
     seq_lens_cpu: list[int]
+    # One query token per sequence: kernels may take the split-K decode path.
+    decode_only: bool = False
+    num_splits: int = 1  # split-K ranges per sequence on the decode path
 
     @property
     def num_seqs(self) -> int:

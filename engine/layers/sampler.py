@@ -21,6 +21,7 @@ class SamplingBatch:
 
     temperature: torch.Tensor  # [rows] fp32; rows with greedy set are ignored
     greedy: torch.Tensor  # [rows] bool
+    all_greedy: bool  # known on the host: no device sync to decide
     top_k: torch.Tensor | None  # [rows] int64, vocab size = off
     top_p: torch.Tensor | None  # [rows] fp32
     min_p: torch.Tensor | None  # [rows] fp32
@@ -29,10 +30,6 @@ class SamplingBatch:
     # (row, token ids that may not be sampled yet: min_tokens not reached)
     banned: list[tuple[int, list[int]]] = field(default_factory=list)
     num_logprobs: list[int | None] = field(default_factory=list)
-
-    @property
-    def all_greedy(self) -> bool:
-        return bool(self.greedy.all())
 
 
 @dataclass

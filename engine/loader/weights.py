@@ -7,7 +7,7 @@ file and the tensor, never a half-loaded model.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
@@ -55,13 +55,22 @@ def iterate_tensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
             raise ValueError(f"cannot read {path}: {exc} (truncated or corrupt file?)") from exc
 
 
-def load_weights(model: nn.Module, model_dir: Path, dtype: torch.dtype) -> None:
-    """Copy every checkpoint tensor into `model`; fail on anything missing or misshapen."""
+def load_named_tensors(
+    model: nn.Module,
+    named_tensors: Iterable[tuple[str, torch.Tensor]],
+    dtype: torch.dtype,
+    source: str | Path,
+) -> None:
+    """Copy checkpoint-named tensors into `model`; fail on anything missing or misshapen.
+
+    `named_tensors` comes from safetensors files or from another model's parameters (the
+    benchmark hands transformers' weights over, so both run the same weights).
+    """
     params = dict(model.named_parameters())
     pending = _expected_pieces(model, params)
     packed = getattr(model, "packed_modules", {})
     tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
-    for name, tensor in iterate_tensors(checkpoint_files(model_dir)):
+    for name, tensor in named_tensors:
         if name.endswith(_IGNORED_SUFFIXES) or (tied and name == "lm_head.weight"):
             continue
         target, shard = _route(name, packed)
@@ -75,7 +84,7 @@ def load_weights(model: nn.Module, model_dir: Path, dtype: torch.dtype) -> None:
             f"{name}[shard {shard}]" if shard is not None else name for name, shard in pending
         )
         raise ValueError(
-            f"checkpoint in {model_dir} lacks {len(missing)} tensors, e.g. {', '.join(missing[:5])}"
+            f"checkpoint in {source} lacks {len(missing)} tensors, e.g. {', '.join(missing[:5])}"
         )
 
 

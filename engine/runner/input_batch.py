@@ -12,7 +12,6 @@ import numpy as np
 import torch
 
 from pagoda.engine.core.messages import SchedulerOutput
-from pagoda.engine.layers.attention_metadata import AttentionMetadata
 from pagoda.engine.layers.sampler import Penalties, SamplingBatch
 from pagoda.engine.sampling_params import SamplingParams
 
@@ -33,55 +32,84 @@ class RequestState:
 
 
 @dataclass
-class ModelInputs:
-    input_ids: torch.Tensor  # [num_tokens]
-    positions: torch.Tensor  # [num_tokens]
-    meta: AttentionMetadata
-    logits_indices: torch.Tensor  # [rows]: last token of each sequence that samples
+class HostBatch:
+    """One step's flattened inputs as host arrays (built without touching the device)."""
+
+    input_ids: np.ndarray  # [num_tokens] int64
+    positions: np.ndarray  # [num_tokens] int64
+    slot_mapping: np.ndarray  # [num_tokens] int64
+    query_start_loc: np.ndarray  # [num_seqs + 1] int32
+    seq_lens: np.ndarray  # [num_seqs] int32
+    block_tables: np.ndarray  # [num_seqs, widest table] int32
+    logits_indices: np.ndarray  # [rows]: last token of each sequence that samples
     sampling_states: list[RequestState]  # one per row of the logits
 
+    @property
+    def num_tokens(self) -> int:
+        return len(self.input_ids)
 
-def build_model_inputs(
-    scheduled: SchedulerOutput,
-    states: dict[str, RequestState],
-    block_size: int,
-    device: torch.device,
-) -> ModelInputs:
-    token_chunks, position_chunks, slot_chunks = [], [], []
-    query_start_loc, seq_lens, tables = [0], [], []
-    logits_indices, sampling_states = [], []
-    for request_id, num_tokens in scheduled.num_scheduled_tokens.items():
-        state = states[request_id]
-        start = state.num_computed_tokens
-        end = start + num_tokens
-        positions = np.arange(start, end)
-        blocks = np.asarray(state.block_ids, dtype=np.int64)
-        token_chunks.append(state.token_ids[start:end])
-        position_chunks.append(positions)
-        slot_chunks.append(blocks[positions // block_size] * block_size + positions % block_size)
-        query_start_loc.append(query_start_loc[-1] + num_tokens)
-        seq_lens.append(end)
-        tables.append(state.block_ids)
-        if end == len(state.token_ids):  # caught up: this sequence's last logits sample
-            logits_indices.append(query_start_loc[-1] - 1)
-            sampling_states.append(state)
-    meta = AttentionMetadata(
-        slot_mapping=_to(np.concatenate(slot_chunks), torch.int64, device),
-        query_start_loc=_to(query_start_loc, torch.int32, device),
-        seq_lens=_to(seq_lens, torch.int32, device),
-        block_tables=_to(_pad(tables), torch.int32, device),
-        max_query_len=max(np.diff(query_start_loc)),
-        max_seq_len=max(seq_lens),
-        query_start_loc_cpu=query_start_loc,
-        seq_lens_cpu=seq_lens,
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_lens)
+
+    @property
+    def decode_only(self) -> bool:
+        """One query token per sequence: the split-K decode kernel and CUDA graphs apply."""
+        return self.num_tokens == self.num_seqs
+
+
+def build_host_batch(
+    scheduled: SchedulerOutput, states: dict[str, RequestState], block_size: int
+) -> HostBatch:
+    """Flatten the scheduled tokens of every request into one ragged batch."""
+    request_states = [states[request_id] for request_id in scheduled.num_scheduled_tokens]
+    counts = np.fromiter(
+        scheduled.num_scheduled_tokens.values(), dtype=np.int64, count=len(request_states)
     )
-    return ModelInputs(
-        input_ids=_to([t for chunk in token_chunks for t in chunk], torch.int64, device),
-        positions=_to(np.concatenate(position_chunks), torch.int64, device),
-        meta=meta,
-        logits_indices=_to(logits_indices, torch.int64, device),
-        sampling_states=sampling_states,
+    starts = np.fromiter(
+        (s.num_computed_tokens for s in request_states), dtype=np.int64, count=len(request_states)
     )
+    query_start_loc = np.zeros(len(counts) + 1, dtype=np.int32)
+    np.cumsum(counts, out=query_start_loc[1:])
+    num_tokens = int(query_start_loc[-1])
+    # positions: each request's [start, start + count), laid end to end
+    row_of_token = np.repeat(np.arange(len(counts)), counts)
+    positions = (
+        np.arange(num_tokens, dtype=np.int64)
+        - query_start_loc[row_of_token]
+        + (starts[row_of_token])
+    )
+    block_tables = _pad([s.block_ids for s in request_states])
+    slot_mapping = (
+        block_tables[row_of_token, positions // block_size].astype(np.int64) * (block_size)
+        + positions % block_size
+    )
+    seq_lens = (starts + counts).astype(np.int32)
+    input_ids = _token_ids(request_states, starts, counts, num_tokens)
+    samples = [i for i, s in enumerate(request_states) if seq_lens[i] == len(s.token_ids)]
+    return HostBatch(
+        input_ids=input_ids,
+        positions=positions,
+        slot_mapping=slot_mapping,
+        query_start_loc=query_start_loc,
+        seq_lens=seq_lens,
+        block_tables=block_tables,
+        logits_indices=(query_start_loc[1:] - 1)[samples].astype(np.int64),
+        sampling_states=[request_states[i] for i in samples],
+    )
+
+
+def _token_ids(states: list[RequestState], starts, counts, num_tokens: int) -> np.ndarray:
+    if num_tokens == len(states):  # decode: one token each, no slicing
+        return np.fromiter(
+            (s.token_ids[int(p)] for s, p in zip(states, starts, strict=True)),
+            dtype=np.int64,
+            count=num_tokens,
+        )
+    chunks = [
+        s.token_ids[int(a) : int(a + c)] for s, a, c in zip(states, starts, counts, strict=True)
+    ]
+    return np.fromiter((t for chunk in chunks for t in chunk), dtype=np.int64, count=num_tokens)
 
 
 def _pad(rows: list[list[int]]) -> np.ndarray:
@@ -91,10 +119,6 @@ def _pad(rows: list[list[int]]) -> np.ndarray:
     return out
 
 
-def _to(values, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    return torch.as_tensor(np.asarray(values), dtype=dtype).to(device, non_blocking=True)
-
-
 def build_sampling_batch(
     states: list[RequestState],
     vocab_size: int,
@@ -102,13 +126,17 @@ def build_sampling_batch(
     device: torch.device,
 ) -> SamplingBatch:
     params = [state.params for state in states]
+    greedy = [p.greedy for p in params]
     top_k = [p.top_k or vocab_size for p in params]
     top_p = [p.top_p for p in params]
     min_p = [p.min_p for p in params]
     return SamplingBatch(
         temperature=_floats([p.temperature for p in params], device),
-        greedy=torch.tensor([p.greedy for p in params], dtype=torch.bool, device=device),
-        top_k=None if all(k == vocab_size for k in top_k) else torch.tensor(top_k, device=device),
+        greedy=torch.tensor(greedy, dtype=torch.bool).to(device, non_blocking=True),
+        all_greedy=all(greedy),
+        top_k=None
+        if all(k == vocab_size for k in top_k)
+        else torch.tensor(top_k).to(device, non_blocking=True),
         top_p=None if all(p == 1.0 for p in top_p) else _floats(top_p, device),
         min_p=None if all(p == 0.0 for p in min_p) else _floats(min_p, device),
         generators={i: s.generator for i, s in enumerate(states) if s.generator is not None},
@@ -149,10 +177,11 @@ def _penalties(
         repetition=_floats([p.repetition_penalty for p in params], device),
         presence=_floats([p.presence_penalty for p in params], device),
         frequency=_floats([p.frequency_penalty for p in params], device),
-        seen_mask=seen.to(device),
-        output_counts=counts.to(device),
+        seen_mask=seen.to(device, non_blocking=True),
+        output_counts=counts.to(device, non_blocking=True),
     )
 
 
 def _floats(values: list[float], device: torch.device) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.float32, device=device)
+    # Built on the host and copied without waiting, so no step blocks on the GPU here.
+    return torch.tensor(values, dtype=torch.float32).to(device, non_blocking=True)

@@ -41,7 +41,11 @@ def cpu_num_blocks(config: EngineConfig) -> int:
     return min(budget // bytes_per_block(config), blocks_worth_having(config))
 
 
-def gpu_num_blocks(config: EngineConfig, peak_bytes_in_use: int) -> int:
+# Left free for the decode CUDA graphs' memory pool (their activations and logits).
+GRAPH_MEMORY_RESERVE = 1 << 30
+
+
+def gpu_num_blocks(config: EngineConfig, peak_bytes_in_use: int, reserve: int = 0) -> int:
     """Blocks that fit in what the profile run left of the memory budget."""
     device = torch.device(config.device)
     free, total = torch.cuda.mem_get_info(device)
@@ -49,7 +53,7 @@ def gpu_num_blocks(config: EngineConfig, peak_bytes_in_use: int) -> int:
     # taken as spoken for.
     outside_torch = max(total - free - torch.cuda.memory_reserved(device), 0)
     allowed = int(total * config.gpu_memory_utilization)
-    budget = allowed - peak_bytes_in_use - outside_torch
+    budget = allowed - peak_bytes_in_use - outside_torch - reserve
     if budget <= 0:
         raise ValueError(
             f"no GPU memory left for the KV cache: weights and activations peak at "

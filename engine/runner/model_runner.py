@@ -2,7 +2,9 @@
 
 It loads the model, sizes and binds the KV cache, and turns each scheduler step into one
 forward over a flattened ragged batch, then samples the next token of every sequence that
-caught up with its known tokens.
+caught up with its known tokens. On a GPU, decode steps replay captured CUDA graphs.
+Inputs for a step are staged on the host and copied asynchronously; the only wait per
+step is for the sampled token ids.
 """
 
 from __future__ import annotations
@@ -10,20 +12,24 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
 
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.core.messages import ModelRunnerOutput, NewRequestData, SchedulerOutput
-from pagoda.engine.layers.attention import Attention, attention_function
+from pagoda.engine.layers.attention import Attention, make_backend
 from pagoda.engine.layers.sampler import Sampler
-from pagoda.engine.loader.weights import load_weights
+from pagoda.engine.loader.weights import checkpoint_files, iterate_tensors, load_named_tensors
 from pagoda.engine.models.registry import model_class
 from pagoda.engine.runner import kv_cache
+from pagoda.engine.runner.buffers import InputBuffers, ModelInputs
+from pagoda.engine.runner.cuda_graphs import DecodeGraphs, graph_sizes
 from pagoda.engine.runner.input_batch import (
+    HostBatch,
     RequestState,
-    build_model_inputs,
+    build_host_batch,
     build_sampling_batch,
 )
 from pagoda.engine.sampling_params import SamplingParams
@@ -47,48 +53,83 @@ class ModelRunner:
         self.model_config = config.model_config
         self.device = torch.device(config.device)
         self.requests: dict[str, RequestState] = {}
-        self.model = self._load_model()
+        self.model = self._build_model()
+        if config.load_format == "safetensors":
+            self.load_weights(iterate_tensors(checkpoint_files(Path(config.model))))
         generator = torch.Generator(device=self.device).manual_seed(config.seed)
         self.sampler = Sampler(generator)
         self.kv_caches: list[torch.Tensor] = []
+        self.buffers: InputBuffers | None = None
+        self.graphs: DecodeGraphs | None = None
 
-    def _load_model(self) -> torch.nn.Module:
-        started = time.perf_counter()
+    def _build_model(self) -> torch.nn.Module:
         cls = model_class(self.model_config.architecture)
         with _default_dtype(self.config.torch_dtype), self.device:
             model = cls(self.model_config, self.config.max_model_len)
-        load_weights(model, Path(self.config.model), self.config.torch_dtype)
-        attend = attention_function(self.config.attention_backend)
+        if self.config.load_format == "dummy":
+            _randomize(model)
+        backend = self._attention_backend()
         for module in model.modules():
             if isinstance(module, Attention):
-                module.attend = attend
+                module.backend = backend
+        return model.eval()
+
+    def _attention_backend(self):
+        workspace = None
+        if self.config.attention_backend == "triton" and self.device.type == "cuda":
+            from pagoda.engine.kernels.triton_decode import DecodeWorkspace
+
+            model = self.model_config
+            workspace = DecodeWorkspace(
+                max(graph_sizes(self.config.max_num_seqs)[-1], self.config.max_num_seqs),
+                model.num_heads,
+                model.head_dim,
+                16,
+                self.device,
+            )
+        return make_backend(self.config.attention_backend, workspace)
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy checkpoint-named tensors into the model (from files, or another model)."""
+        started = time.perf_counter()
+        load_named_tensors(self.model, named_tensors, self.config.torch_dtype, self.config.model)
         logger.info(
-            "loaded %s (%s, %s) in %.1fs",
+            "loaded %s weights (%s, %s) in %.1fs",
             self.model_config.architecture,
             self.config.dtype,
             self.config.device,
             time.perf_counter() - started,
         )
-        return model.eval()
 
-    # -- KV cache --------------------------------------------------------------------
+    # -- KV cache and graphs ---------------------------------------------------------
 
     def determine_num_blocks(self) -> int:
         if self.config.num_kv_blocks is not None:
             # An exact count (tests, tuning): requests that cannot fit it are refused.
             return self.config.num_kv_blocks
         if self.device.type == "cuda":
-            num_blocks = kv_cache.gpu_num_blocks(self.config, self._profile_peak_memory())
+            reserve = 0 if self.config.enforce_eager else kv_cache.GRAPH_MEMORY_RESERVE
+            num_blocks = kv_cache.gpu_num_blocks(self.config, self._profile_peak_memory(), reserve)
         else:
             num_blocks = kv_cache.cpu_num_blocks(self.config)
         kv_cache.check_fits_one_sequence(self.config, num_blocks)
         return num_blocks
 
     def init_kv_cache(self, num_blocks: int) -> None:
-        self.kv_caches = kv_cache.allocate_kv_caches(self.config, num_blocks)
+        """Allocate the cache (plus one scratch block for padding rows) and bind it."""
+        self.kv_caches = kv_cache.allocate_kv_caches(self.config, num_blocks + 1)
         layers = [m for m in self.model.modules() if isinstance(m, Attention)]
         for layer, cache in zip(layers, self.kv_caches, strict=True):
             layer.kv_cache = cache
+        max_rows = max(self.config.max_num_seqs, graph_sizes(self.config.max_num_seqs)[-1])
+        self.buffers = InputBuffers(
+            max_tokens=max(self.config.max_num_batched_tokens, max_rows),
+            max_seqs=max_rows,
+            max_blocks_per_seq=-(-self.config.max_model_len // self.config.block_size),
+            scratch_block=num_blocks,
+            block_size=self.config.block_size,
+            device=self.device,
+        )
         logger.info(
             "KV cache: %d blocks of %d tokens (%.1f MiB)",
             num_blocks,
@@ -96,14 +137,19 @@ class ModelRunner:
             num_blocks * kv_cache.bytes_per_block(self.config) / 2**20,
         )
 
+    def capture_cuda_graphs(self) -> None:
+        if self.device.type != "cuda" or self.config.enforce_eager:
+            return
+        self.graphs = DecodeGraphs(self)
+        self.graphs.capture(graph_sizes(self.config.max_num_seqs))
+
     @torch.inference_mode()
     def _profile_peak_memory(self) -> int:
         """Peak bytes of weights + one full-budget forward, run on a scratch KV cache."""
         budget = min(self.config.max_num_batched_tokens, self.config.max_model_len)
         num_seqs = min(self.config.max_num_seqs, budget)
         tokens_each = budget // num_seqs
-        num_blocks = num_seqs * -(-tokens_each // self.config.block_size)
-        self.init_kv_cache(num_blocks)
+        self.init_kv_cache(num_seqs * -(-tokens_each // self.config.block_size))
         torch.cuda.reset_peak_memory_stats(self.device)
         self.execute(self._dummy_step(num_seqs, tokens_each))
         self._update_states(SchedulerOutput(finished_request_ids=set(self.requests)))
@@ -111,7 +157,7 @@ class ModelRunner:
         peak = torch.cuda.max_memory_allocated(self.device) - sum(
             cache.numel() * cache.element_size() for cache in self.kv_caches
         )
-        self.kv_caches = []
+        self.kv_caches, self.buffers = [], None
         torch.cuda.empty_cache()
         return peak
 
@@ -134,33 +180,55 @@ class ModelRunner:
 
     # -- one step --------------------------------------------------------------------
 
+    def forward_logits(self, inputs: ModelInputs) -> torch.Tensor:
+        """Logits of every row (what a decode graph captures)."""
+        hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta)
+        return self.model.compute_logits(hidden)
+
     @torch.inference_mode()
     def execute(self, scheduled: SchedulerOutput) -> ModelRunnerOutput:
         self._update_states(scheduled)
         if scheduled.is_empty:
             return ModelRunnerOutput()
-        inputs = build_model_inputs(scheduled, self.requests, self.config.block_size, self.device)
-        hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta)
+        batch = build_host_batch(scheduled, self.requests, self.config.block_size)
+        sampling = None
+        if batch.sampling_states:  # queued before the forward: nothing waits on the GPU
+            sampling = build_sampling_batch(
+                batch.sampling_states,
+                self.model_config.vocab_size,
+                self.model_config.eos_token_ids,
+                self.device,
+            )
+        logits = self._run_model(batch, need_logits=sampling is not None)
         for request_id, num_tokens in scheduled.num_scheduled_tokens.items():
             self.requests[request_id].num_computed_tokens += num_tokens
-        if not inputs.sampling_states:
+        if sampling is None:
             return ModelRunnerOutput()
-        logits = self.model.compute_logits(hidden[inputs.logits_indices])
-        batch = build_sampling_batch(
-            inputs.sampling_states,
-            self.model_config.vocab_size,
-            self.model_config.eos_token_ids,
-            self.device,
-        )
-        sampled = self.sampler(logits, batch)
+        sampled = self.sampler(logits, sampling)
         output = ModelRunnerOutput()
-        for row, state in enumerate(inputs.sampling_states):
+        for row, state in enumerate(batch.sampling_states):
             token_id = sampled.token_ids[row]
             state.token_ids.append(token_id)
             output.sampled_token_ids[state.request_id] = token_id
             if row in sampled.logprobs:
                 output.logprobs[state.request_id] = sampled.logprobs[row]
         return output
+
+    def _run_model(self, batch: HostBatch, need_logits: bool) -> torch.Tensor | None:
+        size = self.graphs.bucket(batch) if self.graphs is not None else None
+        if size is not None:
+            inputs = self.buffers.load(batch, pad_to=size, num_splits=self.graphs.num_splits(size))
+            return self.graphs.replay(size)[inputs.logits_indices]
+        num_splits = 1
+        if batch.decode_only:
+            from pagoda.engine.kernels.triton_decode import choose_num_splits
+
+            num_splits = choose_num_splits(batch.num_seqs, self.model_config.num_kv_heads)
+        inputs = self.buffers.load(batch, num_splits=num_splits)
+        hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta)
+        if not need_logits:
+            return None
+        return self.model.compute_logits(hidden[inputs.logits_indices])
 
     def _update_states(self, scheduled: SchedulerOutput) -> None:
         for request_id in scheduled.finished_request_ids:
@@ -186,3 +254,13 @@ class ModelRunner:
             else:
                 state.block_ids.extend(cached.new_block_ids)
             state.num_computed_tokens = cached.num_computed_tokens
+
+
+@torch.no_grad()
+def _randomize(model: torch.nn.Module, std: float = 0.02) -> None:
+    """Random weights for benchmarks (load_format="dummy"): normal(0, std), norms at 1."""
+    for name, param in model.named_parameters():
+        if name.endswith("norm.weight"):
+            param.fill_(1.0)
+        else:
+            param.normal_(0.0, std)

@@ -172,13 +172,22 @@ def test_split_k_decode_matches_reference(triton_decode, index):
     rng = random.Random(100 + index)
     device = "cuda" if ON_GPU else "cpu"
     kv_cache, meta = random_batch(
-        rng, num_seqs=4, max_context=150, block_size=block_size, num_kv_heads=num_kv_heads,
-        head_dim=head_dim, dtype=torch.float32, device=device, decode_only=True)
+        rng,
+        num_seqs=4,
+        max_context=150,
+        block_size=block_size,
+        num_kv_heads=num_kv_heads,
+        head_dim=head_dim,
+        dtype=torch.float32,
+        device=device,
+        decode_only=True,
+    )
     query = torch.randn(meta.num_seqs, num_heads, head_dim, device=device)
     scale = head_dim**-0.5
     expected = reference.paged_attention(query, kv_cache, meta, scale, window)
     got = triton_decode.paged_decode_attention(
-        query, kv_cache, meta.block_tables, meta.seq_lens, scale, window, num_splits=splits)
+        query, kv_cache, meta.block_tables, meta.seq_lens, scale, window, num_splits=splits
+    )
     torch.testing.assert_close(got, expected, atol=2e-5, rtol=2e-5)
 
 
@@ -188,10 +197,19 @@ def test_split_k_decode_matches_reference(triton_decode, index):
 def test_split_k_decode_at_full_shapes(triton_decode, splits):
     rng = random.Random(splits or 0)
     kv_cache, meta = random_batch(
-        rng, num_seqs=32, max_context=4000, block_size=16, num_kv_heads=8, head_dim=128,
-        dtype=torch.bfloat16, device="cuda", decode_only=True)
+        rng,
+        num_seqs=32,
+        max_context=4000,
+        block_size=16,
+        num_kv_heads=8,
+        head_dim=128,
+        dtype=torch.bfloat16,
+        device="cuda",
+        decode_only=True,
+    )
     query = torch.randn(meta.num_seqs, 32, 128, device="cuda", dtype=torch.bfloat16)
     expected = reference.paged_attention(query, kv_cache, meta, 128**-0.5)
     got = triton_decode.paged_decode_attention(
-        query, kv_cache, meta.block_tables, meta.seq_lens, 128**-0.5, num_splits=splits)
+        query, kv_cache, meta.block_tables, meta.seq_lens, 128**-0.5, num_splits=splits
+    )
     torch.testing.assert_close(got.float(), expected.float(), atol=2e-2, rtol=2e-2)

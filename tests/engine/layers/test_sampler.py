@@ -24,6 +24,7 @@ def batch_of(rows: int, **overrides) -> SamplingBatch:
         num_logprobs=[None] * rows,
     )
     fields.update(overrides)
+    fields["all_greedy"] = bool(fields["greedy"].all())
     return SamplingBatch(**fields)
 
 

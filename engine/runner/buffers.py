@@ -1,0 +1,123 @@
+"""Persistent input buffers: host staging (pinned on CUDA) and their device twins.
+
+Every step writes its HostBatch into the same buffers, so copies are asynchronous and
+CUDA graphs can be captured over fixed addresses. A decode batch may be padded up to a
+captured graph's size: padding rows attend to one slot of a scratch block that no request
+owns (the cache has one block more than the scheduler knows), so kernels need no special
+case for them and their outputs are ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from pagoda.engine.layers.attention_metadata import AttentionMetadata
+from pagoda.engine.runner.input_batch import HostBatch
+
+
+@dataclass
+class ModelInputs:
+    input_ids: torch.Tensor  # [num_tokens] (padded rows included)
+    positions: torch.Tensor
+    meta: AttentionMetadata
+    logits_indices: torch.Tensor  # [rows that sample]
+    num_rows: int  # rows the forward computes (num_seqs, or the graph size when padded)
+
+
+class InputBuffers:
+    def __init__(
+        self,
+        max_tokens: int,
+        max_seqs: int,
+        max_blocks_per_seq: int,
+        scratch_block: int,
+        block_size: int,
+        device: torch.device,
+    ) -> None:
+        self.device = device
+        self.scratch_slot = scratch_block * block_size
+        self.scratch_block = scratch_block
+        pin = device.type == "cuda"
+        shapes = {
+            "input_ids": ((max_tokens,), torch.int64),
+            "positions": ((max_tokens,), torch.int64),
+            "slot_mapping": ((max_tokens,), torch.int64),
+            "query_start_loc": ((max_seqs + 1,), torch.int32),
+            "seq_lens": ((max_seqs,), torch.int32),
+            "block_tables": ((max_seqs, max_blocks_per_seq), torch.int32),
+            "logits_indices": ((max_seqs,), torch.int64),
+        }
+        self.host = {
+            name: torch.zeros(shape, dtype=dtype, pin_memory=pin)
+            for name, (shape, dtype) in shapes.items()
+        }
+        self.host_np = {name: tensor.numpy() for name, tensor in self.host.items()}
+        self.dev = {
+            name: torch.zeros(shape, dtype=dtype, device=device)
+            for name, (shape, dtype) in shapes.items()
+        }
+        # Marks when the last copies out of the host buffers finished: a step that
+        # samples nothing never syncs, so the next one must wait before overwriting.
+        self._copied = torch.cuda.Event() if pin else None
+
+    def load(self, batch: HostBatch, pad_to: int | None = None, num_splits: int = 1) -> ModelInputs:
+        """Stage the batch (padded to `pad_to` decode rows) and start copying it over."""
+        rows = pad_to or batch.num_seqs
+        tokens = rows if pad_to else batch.num_tokens
+        width = batch.block_tables.shape[1]
+        host = self.host_np
+        if self._copied is not None:
+            self._copied.synchronize()
+        self._fill(host["input_ids"], batch.input_ids, tokens, 0)
+        self._fill(host["positions"], batch.positions, tokens, 0)
+        self._fill(host["slot_mapping"], batch.slot_mapping, tokens, self.scratch_slot)
+        self._fill(host["seq_lens"], batch.seq_lens, rows, 1)
+        host["query_start_loc"][: batch.num_seqs + 1] = batch.query_start_loc
+        if pad_to:  # one token per padding row
+            host["query_start_loc"][batch.num_seqs + 1 : rows + 1] = np.arange(
+                batch.num_seqs + 1, rows + 1
+            )
+        host["block_tables"][: batch.num_seqs, :width] = batch.block_tables
+        host["block_tables"][batch.num_seqs : rows, 0] = self.scratch_block
+        num_sampling = len(batch.logits_indices)
+        host["logits_indices"][:num_sampling] = batch.logits_indices
+        self._copy("input_ids", tokens)
+        self._copy("positions", tokens)
+        self._copy("slot_mapping", tokens)
+        self._copy("seq_lens", rows)
+        self._copy("query_start_loc", rows + 1)
+        self._copy("logits_indices", num_sampling)
+        dev_tables = self.dev["block_tables"]
+        dev_tables[:rows, :width].copy_(self.host["block_tables"][:rows, :width], non_blocking=True)
+        if self._copied is not None:
+            self._copied.record()
+        meta = AttentionMetadata(
+            slot_mapping=self.dev["slot_mapping"][:tokens],
+            query_start_loc=self.dev["query_start_loc"][: rows + 1],
+            seq_lens=self.dev["seq_lens"][:rows],
+            block_tables=dev_tables[:rows],
+            max_query_len=1 if pad_to else int(np.diff(batch.query_start_loc).max()),
+            max_seq_len=int(batch.seq_lens.max()) if batch.num_seqs else 1,
+            query_start_loc_cpu=host["query_start_loc"][: rows + 1].tolist(),
+            seq_lens_cpu=host["seq_lens"][:rows].tolist(),
+            decode_only=batch.decode_only,
+            num_splits=num_splits,
+        )
+        return ModelInputs(
+            input_ids=self.dev["input_ids"][:tokens],
+            positions=self.dev["positions"][:tokens],
+            meta=meta,
+            logits_indices=self.dev["logits_indices"][:num_sampling],
+            num_rows=rows,
+        )
+
+    @staticmethod
+    def _fill(target: np.ndarray, values: np.ndarray, length: int, pad_value: int) -> None:
+        target[: len(values)] = values
+        target[len(values) : length] = pad_value
+
+    def _copy(self, name: str, length: int) -> None:
+        self.dev[name][:length].copy_(self.host[name][:length], non_blocking=True)
