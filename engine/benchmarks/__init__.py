@@ -1,0 +1,1 @@
+"""`pagoda bench`: reproducible GPU benchmarks with the HF transformers peer in the same run."""

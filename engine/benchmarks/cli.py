@@ -1,0 +1,164 @@
+"""`pagoda bench throughput|latency|prefix-reuse`: one command runs Pagoda and the HF peer.
+
+    pagoda bench throughput --num-prompts 1000 --hf-num-prompts 32
+    pagoda bench latency
+    pagoda bench prefix-reuse --backend pagoda
+
+Each writes bench/results/<date>-<gpu>-<workload>.json (see results.py) and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import logging
+import tempfile
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    bench = subparsers.add_parser("bench", help="benchmarks (GPU workloads, HF peer)")
+    workloads = bench.add_subparsers(dest="workload", required=True, metavar="WORKLOAD")
+
+    throughput = workloads.add_parser("throughput", help="many requests at once")
+    _common(throughput)
+    throughput.add_argument("--num-prompts", type=int, default=1000)
+    throughput.add_argument("--input-len", type=int, default=1024)
+    throughput.add_argument("--output-len", type=int, default=1024)
+    throughput.add_argument(
+        "--hf-num-prompts",
+        type=int,
+        default=128,
+        help="the HF peer runs this scaled-down sample (it is slow)",
+    )
+    throughput.set_defaults(handler=_throughput)
+
+    latency = workloads.add_parser("latency", help="batch-1 decode and time to first token")
+    _common(latency)
+    latency.add_argument("--input-len", type=int, default=128)
+    latency.add_argument("--output-len", type=int, default=256)
+    latency.add_argument("--ttft-input-len", type=int, default=1024)
+    latency.add_argument("--iters", type=int, default=3)
+    latency.set_defaults(handler=_latency)
+
+    prefix = workloads.add_parser("prefix-reuse", help="TTFT with a shared 2,000-token prompt")
+    _common(prefix)
+    prefix.add_argument("--num-prompts", type=int, default=200)
+    prefix.add_argument("--prefix-len", type=int, default=2000)
+    prefix.add_argument("--suffix-len", type=int, default=16)
+    prefix.set_defaults(handler=_prefix_reuse, backend="pagoda")
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backend",
+        default="pagoda,hf",
+        help="comma-separated: pagoda, hf (default both, same weights)",
+    )
+    parser.add_argument("--shape", default="llama-3.1-8b")
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    parser.add_argument("--max-model-len", type=int, default=4096)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+
+
+class _Run:
+    """The model folder, the HF peer (if asked) and the Pagoda engine on the same weights."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("pagoda bench needs a CUDA GPU")
+        from pagoda.engine.benchmarks.model import build_hf_model, write_model_dir
+
+        self.args = args
+        self.backends = {b.strip() for b in args.backend.split(",") if b.strip()}
+        unknown = self.backends - {"pagoda", "hf"}
+        if unknown or not self.backends:
+            raise ValueError(f"--backend takes pagoda and/or hf, got {args.backend!r}")
+        self.tmp = tempfile.TemporaryDirectory()
+        self.model_dir = write_model_dir(Path(self.tmp.name) / "model", args.shape)
+        self.hf_model = build_hf_model(self.model_dir) if "hf" in self.backends else None
+
+    def pagoda(self):
+        """Start the engine; with the HF peer loaded, copy its weights and free it."""
+        import torch
+
+        from pagoda.engine import LLM
+
+        llm = LLM(
+            str(self.model_dir),
+            load_format="dummy",
+            dtype="bfloat16",
+            max_num_seqs=self.args.max_num_seqs,
+            max_num_batched_tokens=self.args.max_num_batched_tokens,
+            max_model_len=self.args.max_model_len,
+            gpu_memory_utilization=self.args.gpu_memory_utilization,
+            enforce_eager=self.args.enforce_eager,
+        )
+        if self.hf_model is not None:
+            llm.engine.core.runner.load_weights(self.hf_model.named_parameters())
+            self.hf_model = None
+            gc.collect()
+            torch.cuda.empty_cache()
+        return llm
+
+    @property
+    def vocab_size(self) -> int:
+        from pagoda.engine.benchmarks.model import SHAPES
+
+        return SHAPES[self.args.shape]["vocab_size"]
+
+
+def _throughput(args: argparse.Namespace) -> int:
+    from pagoda.engine.benchmarks import results, workloads
+    from pagoda.engine.benchmarks.model import random_prompts
+
+    run = _Run(args)
+    prompts = random_prompts(args.num_prompts, args.input_len, run.vocab_size, seed=1)
+    figures = {}
+    if run.hf_model is not None:
+        sample = prompts[: args.hf_num_prompts]
+        logger.info("HF generate_batch on %d requests", len(sample))
+        figures["hf"] = workloads.hf_throughput(run.hf_model, sample, args.output_len)
+    if "pagoda" in run.backends:
+        llm = run.pagoda()
+        workloads.pagoda_throughput(llm, prompts[:16], 16)  # warm up kernels and graphs
+        figures["pagoda"] = workloads.pagoda_throughput(llm, prompts, args.output_len)
+    results.write("throughput", args, figures, ceiling={"output_tokens_per_s": 21000})
+    return 0
+
+
+def _latency(args: argparse.Namespace) -> int:
+    from pagoda.engine.benchmarks import results, workloads
+
+    run = _Run(args)
+    sizes = (args.input_len, args.output_len, args.ttft_input_len, args.iters, run.vocab_size)
+    figures = {}
+    if run.hf_model is not None:
+        figures["hf"] = workloads.hf_latency(run.hf_model, *sizes)
+    if "pagoda" in run.backends:
+        figures["pagoda"] = workloads.pagoda_latency(run.pagoda(), *sizes)
+    results.write(
+        "latency", args, figures, ceiling={"decode_tokens_per_s": 266, "ttft_long_ms": 21}
+    )
+    return 0
+
+
+def _prefix_reuse(args: argparse.Namespace) -> int:
+    from pagoda.engine.benchmarks import results, workloads
+
+    run = _Run(args)
+    llm = run.pagoda()
+    figures = {
+        "pagoda": workloads.pagoda_prefix_reuse(
+            llm, args.num_prompts, args.prefix_len, args.suffix_len, run.vocab_size
+        )
+    }
+    results.write("prefix-reuse", args, figures, ceiling={})
+    return 0

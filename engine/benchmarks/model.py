@@ -1,0 +1,73 @@
+"""The benchmark model: Llama-3.1-8B's shape with random bf16 weights, built on the GPU.
+
+No download exists on the benchmark machine, so the checkpoint folder holds only a
+config.json and a small tokenizer (prompts are token ids); the weights are random
+(normal, std 0.02) and, when the HF peer runs too, handed from its model to Pagoda so
+both run exactly the same weights.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from pagoda.engine.tools import tiny_tokenizer
+
+SHAPES = {
+    "llama-3.1-8b": {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 128256,
+        "max_position_embeddings": 131072,
+        "rope_theta": 500000.0,
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+        "rms_norm_eps": 1e-5,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "initializer_range": 0.02,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    },
+}
+
+
+def write_model_dir(out_dir: Path, shape: str = "llama-3.1-8b") -> Path:
+    if shape not in SHAPES:
+        raise ValueError(f"unknown model shape {shape!r}: use one of {', '.join(SHAPES)}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.json").write_text(json.dumps(SHAPES[shape], indent=2))
+    tiny_tokenizer.write_tokenizer(out_dir, "byte_level", seed=0)
+    return out_dir
+
+
+def random_prompts(count: int, length: int, vocab_size: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(3, vocab_size) for _ in range(length)] for _ in range(count)]
+
+
+def build_hf_model(model_dir: Path):
+    """transformers' own Llama on the GPU, random-initialised (std 0.02) by transformers."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_dir)
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(
+            config, dtype=torch.bfloat16, attn_implementation="sdpa"
+        )
+    model.generation_config.eos_token_id = None  # every run generates the asked lengths
+    model.generation_config.pad_token_id = 0
+    return model.eval()

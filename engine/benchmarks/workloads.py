@@ -1,0 +1,156 @@
+"""The BENCHMARKS.md workloads, each for Pagoda and for the HF transformers peer.
+
+Every function returns plain figures (dicts of floats) so the CLI can write them into a
+result file side by side. Prompts are random token ids; requests ignore EOS, so every run
+generates exactly the asked lengths.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from pagoda.engine import LLM, SamplingParams
+from pagoda.engine.benchmarks.model import random_prompts
+
+
+def _greedy(max_tokens: int) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+
+
+# -- throughput: many requests submitted at once -------------------------------------
+
+
+def pagoda_throughput(llm: LLM, prompts: list[list[int]], output_len: int) -> dict:
+    started = time.perf_counter()
+    outputs = llm.generate(prompts, _greedy(output_len))
+    elapsed = time.perf_counter() - started
+    generated = sum(len(o.outputs[0].token_ids) for o in outputs)
+    return _throughput_figures(len(prompts), sum(map(len, prompts)), generated, elapsed)
+
+
+def hf_throughput(model, prompts: list[list[int]], output_len: int) -> dict:
+    from transformers import GenerationConfig
+
+    config = GenerationConfig(
+        max_new_tokens=output_len, do_sample=False, eos_token_id=None, pad_token_id=0
+    )
+    started = time.perf_counter()
+    results = model.generate_batch(inputs=prompts, generation_config=config)
+    elapsed = time.perf_counter() - started
+    generated = sum(len(r.generated_tokens) for r in results.values())
+    return _throughput_figures(len(prompts), sum(map(len, prompts)), generated, elapsed)
+
+
+def _throughput_figures(requests: int, prompt_tokens: int, generated: int, elapsed: float):
+    return {
+        "requests": requests,
+        "elapsed_s": elapsed,
+        "output_tokens": generated,
+        "output_tokens_per_s": generated / elapsed,
+        "total_tokens_per_s": (generated + prompt_tokens) / elapsed,
+    }
+
+
+# -- latency: one request at a time ---------------------------------------------------
+
+
+def pagoda_latency(
+    llm: LLM, input_len: int, output_len: int, ttft_len: int, iters: int, vocab_size: int
+) -> dict:
+    """Decode tok/s at batch 1 and TTFT; fresh prompts each time (no prefix-cache hits)."""
+    prompts = random_prompts(3 * iters + 2, input_len, vocab_size, seed=11)
+    long_prompts = random_prompts(iters + 1, ttft_len, vocab_size, seed=12)
+    llm.generate(prompts.pop(), _greedy(output_len))  # warm up every path once
+    llm.generate(long_prompts.pop(), _greedy(1))
+    first_token, whole, long_ttft = [], [], []
+    for i in range(iters):
+        first_token.append(_timed(lambda p=prompts[2 * i]: llm.generate(p, _greedy(1))))
+        whole.append(_timed(lambda p=prompts[2 * i + 1]: llm.generate(p, _greedy(output_len))))
+        long_ttft.append(_timed(lambda p=long_prompts[i]: llm.generate(p, _greedy(1))))
+    return _latency_figures(first_token, whole, long_ttft, output_len)
+
+
+def hf_latency(
+    model, input_len: int, output_len: int, ttft_len: int, iters: int, vocab_size: int
+) -> dict:
+    prompts = [
+        torch.tensor([p], device="cuda")
+        for p in random_prompts(2 * iters + 1, input_len, vocab_size, seed=11)
+    ]
+    long_prompts = [
+        torch.tensor([p], device="cuda")
+        for p in random_prompts(iters, ttft_len, vocab_size, seed=12)
+    ]
+
+    def generate(ids, count):
+        with torch.inference_mode():
+            model.generate(ids, max_new_tokens=count, min_new_tokens=count, do_sample=False)
+        torch.cuda.synchronize()
+
+    generate(prompts.pop(), 8)  # warm up
+    first_token, whole, long_ttft = [], [], []
+    for i in range(iters):
+        first_token.append(_timed(lambda p=prompts[2 * i]: generate(p, 1)))
+        whole.append(_timed(lambda p=prompts[2 * i + 1]: generate(p, output_len)))
+        long_ttft.append(_timed(lambda p=long_prompts[i]: generate(p, 1)))
+    return _latency_figures(first_token, whole, long_ttft, output_len)
+
+
+def _latency_figures(first_token, whole, long_ttft, output_len: int) -> dict:
+    ttft = statistics.median(first_token)
+    total = statistics.median(whole)
+    return {
+        "ttft_short_ms": ttft * 1e3,
+        "decode_tokens_per_s": (output_len - 1) / (total - ttft),
+        "end_to_end_s": total,
+        "ttft_long_ms": statistics.median(long_ttft) * 1e3,
+        "samples": len(whole),
+    }
+
+
+def _timed(fn) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+# -- prefix reuse: a long shared system prompt ---------------------------------------
+
+
+def pagoda_prefix_reuse(
+    llm: LLM, num_requests: int, prefix_len: int, suffix_len: int, vocab_size: int
+) -> dict:
+    """Mean TTFT with a shared prefix vs a unique one of the same length (nothing to reuse).
+
+    Measured twice with fresh prompts each time: requests one after another, and all
+    submitted at once (a burst, where prefill work queues up).
+    """
+    shared = random_prompts(1, prefix_len, vocab_size, seed=21)[0]
+    llm.generate(shared + [5] * suffix_len, _greedy(1))  # the first request fills the cache
+    figures = {}
+    for name in ("shared_prefix", "unique_prefix"):
+        runs = {}
+        for mode, seed in (("sequential", 30), ("burst", 40)):
+            suffixes = random_prompts(num_requests, suffix_len, vocab_size, seed=seed)
+            if name == "shared_prefix":
+                prompts = [shared + s for s in suffixes]
+            else:
+                heads = random_prompts(num_requests, prefix_len, vocab_size, seed=seed + 1)
+                prompts = [h + s for h, s in zip(heads, suffixes, strict=True)]
+            if mode == "sequential":
+                ttfts = [_ttft(llm.generate(p, _greedy(1))[0]) for p in prompts]
+            else:
+                ttfts = [_ttft(o) for o in llm.generate(prompts, _greedy(1))]
+            runs[f"{mode}_mean_ttft_ms"] = statistics.fmean(ttfts) * 1e3
+        figures[name] = runs
+    for mode in ("sequential", "burst"):
+        key = f"{mode}_mean_ttft_ms"
+        figures[f"{mode}_speedup"] = figures["unique_prefix"][key] / figures["shared_prefix"][key]
+    return figures
+
+
+def _ttft(output) -> float:
+    return output.metrics.first_token_time - output.metrics.arrival_time

@@ -1,0 +1,45 @@
+"""The benchmark workloads run end to end (on the tiny model and CPU here; GPU figures
+come from `pagoda bench` on the H200)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pagoda.engine import LLM
+from pagoda.engine.benchmarks import workloads
+from pagoda.engine.benchmarks.model import random_prompts
+
+
+@pytest.fixture(scope="module")
+def llm(llama_dir):
+    return LLM(str(llama_dir), max_model_len=512)
+
+
+def test_throughput_counts_every_generated_token(llm):
+    prompts = random_prompts(6, 20, 1000, seed=0)
+    figures = workloads.pagoda_throughput(llm, prompts, 8)
+    assert figures["output_tokens"] == 6 * 8 and figures["output_tokens_per_s"] > 0
+
+
+def test_latency_figures(llm):
+    figures = workloads.pagoda_latency(llm, 16, 8, 64, iters=2, vocab_size=1000)
+    assert figures["decode_tokens_per_s"] > 0 and figures["ttft_long_ms"] > 0
+
+
+def test_prefix_reuse_is_faster_with_a_shared_prefix(llm):
+    figures = workloads.pagoda_prefix_reuse(llm, 6, 256, 8, vocab_size=1000)
+    assert figures["burst_speedup"] > 1.0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="transformers' generate_batch needs CUDA")
+def test_hf_peer_workloads_run(llama_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(llama_dir, dtype=torch.float32).cuda()
+    model.generation_config.eos_token_id = None
+    figures = workloads.hf_throughput(model, random_prompts(3, 10, 1000, seed=0), 4)
+    assert figures["output_tokens"] == 12
+    latency = workloads.hf_latency(model, 8, 4, 16, iters=1, vocab_size=1000)
+    assert latency["decode_tokens_per_s"] > 0
