@@ -24,9 +24,7 @@ class IncrementalDetokenizer:
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
         context = prompt_token_ids[-_INITIAL_CONTEXT:]
-        self.tokens: list[str] = tokenizer.convert_ids_to_tokens(
-            context, skip_special_tokens=skip_special_tokens
-        )
+        self.tokens: list[str] = self._to_tokens(context)
         self.prefix_offset = 0
         self.read_offset = len(self.tokens)
 
@@ -34,12 +32,17 @@ class IncrementalDetokenizer:
         """Append tokens; return the text they completed (possibly empty)."""
         added = []
         for token_id in token_ids:
-            new_tokens = self.tokenizer.convert_ids_to_tokens(
-                [token_id], skip_special_tokens=self.skip_special_tokens
-            )
-            self.tokens.extend(new_tokens)
+            self.tokens.extend(self._to_tokens([token_id]))
             added.append(self._decode_tail())
         return "".join(added)
+
+    def _to_tokens(self, token_ids: list[int]) -> list[str]:
+        # Models often have more embedding rows than the tokenizer has tokens (padding
+        # for fast matmuls); an id past the tokenizer's vocabulary decodes to nothing.
+        tokens = self.tokenizer.convert_ids_to_tokens(
+            token_ids, skip_special_tokens=self.skip_special_tokens
+        )
+        return [token for token in tokens if token is not None]
 
     def flush(self) -> str:
         """At the end: whatever is still held back (an incomplete character shows as U+FFFD)."""

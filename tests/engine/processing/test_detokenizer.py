@@ -74,3 +74,11 @@ def test_stop_string_spanning_tokens_is_found_and_trimmed():
     assert find_stop_string("hello world!", 3, ["world"], True) == ("world", 11)
     # The earliest of several matches wins.
     assert find_stop_string("ab cd", 5, ["cd", "b"], False) == ("b", 1)
+
+
+def test_ids_past_the_tokenizer_vocabulary_decode_to_nothing(tokenizer):
+    past = len(tokenizer) + 5  # a padded embedding row a model can still sample
+    detok = IncrementalDetokenizer(tokenizer, [past, *tokenizer.encode("hi")])
+    ids = tokenizer.encode(" the cache", add_special_tokens=False)
+    text = "".join(detok.update([token]) for token in [past, *ids, past])
+    assert text == expected_text(tokenizer, tokenizer.encode("hi"), ids)
