@@ -79,4 +79,8 @@ class Attention(nn.Module):
         if self.kv_cache is None:
             raise RuntimeError("the KV cache is not bound: call ModelRunner.init_kv_cache first")
         reference.store_kv(k, v, self.kv_cache, meta.slot_mapping)
+        return self.attend(q, meta)
+
+    def attend(self, q: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """Attention over the cache alone (K/V already written, e.g. by rope_and_store)."""
         return self.backend(q, self.kv_cache, meta, self.scale, self.sliding_window)

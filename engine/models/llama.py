@@ -21,6 +21,8 @@ from pagoda.engine.loader.hf_config import ModelConfig
 
 
 class LlamaAttention(nn.Module):
+    use_triton = False  # the GPU path fuses rope, q/k norm and the cache write
+
     def __init__(self, config: ModelConfig, rotary: RotaryEmbedding, qk_norm: bool) -> None:
         super().__init__()
         self.num_heads, self.num_kv_heads = config.num_heads, config.num_kv_heads
@@ -42,6 +44,8 @@ class LlamaAttention(nn.Module):
         self, positions: torch.Tensor, hidden: torch.Tensor, meta: AttentionMetadata
     ) -> torch.Tensor:
         num_tokens = hidden.shape[0]
+        if self.use_triton:
+            return self.o_proj(self._fused_attention(positions, hidden, meta))
         q, k, v = self.qkv_proj.split(self.qkv_proj(hidden))
         q = q.view(num_tokens, self.num_heads, self.head_dim)
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
@@ -52,8 +56,30 @@ class LlamaAttention(nn.Module):
         out = self.attn(q, k, v, meta)  # [num_tokens, heads, dim]
         return self.o_proj(out.reshape(num_tokens, -1))
 
+    def _fused_attention(self, positions, hidden, meta) -> torch.Tensor:
+        """GPU path: one kernel rotates q/k and writes k/v into the cache."""
+        from pagoda.engine.kernels.triton_fused import rope_and_store
+
+        q = rope_and_store(
+            self.qkv_proj(hidden),
+            positions,
+            self.rotary.cos,
+            self.rotary.sin,
+            self.attn.kv_cache,
+            meta.slot_mapping,
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_dim,
+            q_norm=None if self.q_norm is None else self.q_norm.weight,
+            k_norm=None if self.k_norm is None else self.k_norm.weight,
+            eps=self.q_norm.eps if self.q_norm is not None else 1e-6,
+        )
+        return self.attn.attend(q, meta).reshape(hidden.shape[0], -1)
+
 
 class LlamaMLP(nn.Module):
+    use_triton = False  # the GPU path fuses the activation
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         size = config.intermediate_size
@@ -61,7 +87,12 @@ class LlamaMLP(nn.Module):
         self.down_proj = Linear(size, config.hidden_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj.split(self.gate_up_proj(x))
+        gate_up = self.gate_up_proj(x)
+        if self.use_triton:
+            from pagoda.engine.kernels.triton_fused import silu_and_mul
+
+            return self.down_proj(silu_and_mul(gate_up))
+        gate, up = self.gate_up_proj.split(gate_up)
         return self.down_proj(F.silu(gate) * up)
 
 

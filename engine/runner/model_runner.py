@@ -69,9 +69,12 @@ class ModelRunner:
         if self.config.load_format == "dummy":
             _randomize(model)
         backend = self._attention_backend()
+        fused = self.config.attention_backend == "triton" and self.device.type == "cuda"
         for module in model.modules():
             if isinstance(module, Attention):
                 module.backend = backend
+            if fused and hasattr(module, "use_triton"):
+                module.use_triton = True  # fused Triton kernels for norms, rope, activation
         return model.eval()
 
     def _attention_backend(self):

@@ -1,0 +1,120 @@
+"""Fused Triton kernels against the torch layers they replace on the GPU path.
+
+CPU: under TRITON_INTERPRET=1 at small odd shapes; GPU: compiled, at Llama-8B sizes too.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pagoda.engine.kernels import reference
+from pagoda.engine.layers.norm import RMSNorm
+from pagoda.engine.layers.rotary import RotaryEmbedding
+
+ON_GPU = torch.cuda.is_available()
+DEVICE = "cuda" if ON_GPU else "cpu"
+
+
+@pytest.fixture(scope="module")
+def fused():
+    if not ON_GPU:
+        os.environ["TRITON_INTERPRET"] = "1"
+    from pagoda.engine.kernels import triton_fused as module
+
+    module = importlib.reload(module)
+    yield module
+    if not ON_GPU:
+        os.environ.pop("TRITON_INTERPRET", None)
+
+
+def poisoned(*shape, dtype=torch.float32):
+    return torch.full(shape, float("nan"), dtype=dtype, device=DEVICE)
+
+
+@pytest.mark.parametrize("hidden", [48, 100])
+def test_rms_norm_with_and_without_residual(fused, hidden):
+    norm = RMSNorm(hidden, 1e-5).to(DEVICE)
+    norm.weight.data = torch.randn(hidden, device=DEVICE)
+    x, residual = torch.randn(5, hidden, device=DEVICE), torch.randn(5, hidden, device=DEVICE)
+    torch.testing.assert_close(fused.rms_norm(x, norm.weight, 1e-5), norm(x))
+    out, new_residual = fused.rms_norm(x, norm.weight, 1e-5, residual)
+    expected_out, expected_residual = norm(x, residual)
+    torch.testing.assert_close(out, expected_out)
+    torch.testing.assert_close(new_residual, expected_residual)
+
+
+def test_silu_and_mul(fused):
+    gate_up = torch.randn(3, 2 * 1500, device=DEVICE)  # more than one column block
+    gate, up = gate_up.chunk(2, dim=-1)
+    torch.testing.assert_close(fused.silu_and_mul(gate_up), F.silu(gate) * up)
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_rope_and_store_matches_rotary_plus_store(fused, qk_norm):
+    heads, kv_heads, dim, tokens = 6, 2, 32, 7
+    rotary = RotaryEmbedding(dim, 256, 10000.0, None).to(DEVICE)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, device=DEVICE)
+    positions = torch.tensor([0, 3, 17, 18, 100, 255, 9], device=DEVICE)
+    slots = torch.tensor([5, 0, 31, 12, 7, 20, 3], device=DEVICE)
+    q_norm = k_norm = None
+    q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
+    q, k, v = (
+        q.view(tokens, heads, dim),
+        k.view(tokens, kv_heads, dim),
+        v.view(tokens, kv_heads, dim),
+    )
+    if qk_norm:
+        q_norm, k_norm = RMSNorm(dim, 1e-6).to(DEVICE), RMSNorm(dim, 1e-6).to(DEVICE)
+        q_norm.weight.data, k_norm.weight.data = (
+            torch.randn(dim, device=DEVICE),
+            torch.randn(dim, device=DEVICE),
+        )
+        q, k = q_norm(q), k_norm(k)
+    expected_q, expected_k = rotary(positions, q, k)
+    expected_cache = poisoned(2, 4, 8, kv_heads, dim)
+    reference.store_kv(expected_k, v, expected_cache, slots)
+    cache = poisoned(2, 4, 8, kv_heads, dim)
+    got_q = fused.rope_and_store(
+        qkv,
+        positions,
+        rotary.cos,
+        rotary.sin,
+        cache,
+        slots,
+        heads,
+        kv_heads,
+        dim,
+        q_norm=None if q_norm is None else q_norm.weight,
+        k_norm=None if k_norm is None else k_norm.weight,
+    )
+    torch.testing.assert_close(got_q, expected_q, atol=1e-5, rtol=1e-5)
+    written = cache.view(2, -1, kv_heads, dim)[:, slots]
+    torch.testing.assert_close(
+        written, expected_cache.view(2, -1, kv_heads, dim)[:, slots], atol=1e-5, rtol=1e-5
+    )
+    untouched = torch.ones(32, dtype=torch.bool, device=DEVICE)
+    untouched[slots] = False
+    assert torch.isnan(cache.view(2, -1, kv_heads, dim)[:, untouched]).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
+def test_fused_kernels_at_llama_8b_sizes_in_bf16(fused):
+    x = torch.randn(300, 4096, device="cuda", dtype=torch.bfloat16)
+    residual = torch.randn_like(x)
+    weight = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    norm = RMSNorm(4096, 1e-5).to("cuda", torch.bfloat16)
+    norm.weight.data = weight
+    out, _ = fused.rms_norm(x, weight, 1e-5, residual)
+    expected, _ = norm(x, residual)
+    assert (out.float() - expected.float()).norm() / expected.float().norm() < 1e-2
+    gate_up = torch.randn(300, 2 * 14336, device="cuda", dtype=torch.bfloat16)
+    gate, up = gate_up.chunk(2, dim=-1)
+    expected = F.silu(gate) * up
+    got = fused.silu_and_mul(gate_up)
+    assert (got.float() - expected.float()).norm() / expected.float().norm() < 1e-2
