@@ -129,6 +129,10 @@ def paged_attention(
     meta: AttentionMetadata,
     scale: float,
     sliding_window: int | None = None,
+    block_m: int | None = None,
+    tile_n: int | None = None,
+    num_warps: int = 4,
+    num_stages: int = 3,
 ) -> torch.Tensor:
     """Same contract as kernels.reference.paged_attention."""
     _, num_heads, head_dim = query.shape
@@ -136,7 +140,7 @@ def paged_attention(
     out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
     key_cache, value_cache = kv_cache[0], kv_cache[1]
     # Long query runs (prefill) get big tiles; decode-like batches small ones.
-    block_m = 64 if meta.max_query_len >= 64 else 16
+    block_m = block_m or (64 if meta.max_query_len >= 64 else 16)
     grid = (meta.num_seqs, num_heads, triton.cdiv(meta.max_query_len, block_m))
     _paged_attention_kernel[grid](
         query,
@@ -161,7 +165,9 @@ def paged_attention(
         HEAD_DIM_PADDED=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_SIZE=block_size,
         BLOCK_M=block_m,
-        TILE_N=max(64, block_size),
+        TILE_N=tile_n or max(64, block_size),
         IEEE_FP32=query.dtype == torch.float32,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     return out

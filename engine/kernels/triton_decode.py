@@ -184,6 +184,9 @@ def paged_decode_attention(
     sliding_window: int | None = None,
     num_splits: int | None = None,
     workspace: DecodeWorkspace | None = None,
+    tile_n: int | None = None,
+    num_warps: int = 4,
+    num_stages: int = 3,
 ) -> torch.Tensor:
     num_seqs, num_heads, head_dim = query.shape
     _, _, block_size, num_kv_heads, _ = kv_cache.shape
@@ -194,7 +197,7 @@ def paged_decode_attention(
         workspace = DecodeWorkspace(num_seqs, num_heads, head_dim, num_splits, query.device)
     group = num_heads // num_kv_heads
     head_dim_padded = triton.next_power_of_2(head_dim)
-    tile_n = max(64, block_size)
+    tile_n = tile_n or max(64, block_size)
     key_cache, value_cache = kv_cache[0], kv_cache[1]
     partial_out = out if num_splits == 1 else workspace.partial
     m_buf = out if num_splits == 1 else workspace.m
@@ -225,6 +228,8 @@ def paged_decode_attention(
         NUM_SPLITS=num_splits,
         NUM_HEADS=num_heads,
         IEEE_FP32=query.dtype == torch.float32,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     if num_splits > 1:
         _decode_merge_kernel[(num_seqs * num_heads,)](

@@ -1,0 +1,129 @@
+"""Time the attention kernels' launch settings on a GPU; prints achieved bandwidth.
+
+    python bench/kernel_sweep.py
+
+Decode: batch 256 with 1,024-2,048-token contexts (the throughput workload's steady
+state) and batch 1; prefill: 8 fresh 1,024-token prompts. Llama-3.1-8B attention shapes.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import random
+
+import torch
+import triton
+
+from pagoda.engine.kernels import triton_attention, triton_decode
+from pagoda.engine.layers.attention_metadata import AttentionMetadata
+
+HEADS, KV_HEADS, DIM, BLOCK = 32, 8, 128, 16
+
+
+def make_batch(seq_lens: list[int], query_lens: list[int]):
+    blocks = [-(-s // BLOCK) for s in seq_lens]
+    total = sum(blocks)
+    ids = torch.randperm(total, dtype=torch.int32)
+    width = max(blocks)
+    table = torch.zeros(len(seq_lens), width, dtype=torch.int32)
+    cursor = 0
+    for i, count in enumerate(blocks):
+        table[i, :count] = ids[cursor : cursor + count]
+        cursor += count
+    cache = torch.randn(2, total, BLOCK, KV_HEADS, DIM, dtype=torch.bfloat16, device="cuda")
+    starts = [0]
+    for q in query_lens:
+        starts.append(starts[-1] + q)
+    meta = AttentionMetadata(
+        slot_mapping=torch.zeros(starts[-1], dtype=torch.int64, device="cuda"),
+        query_start_loc=torch.tensor(starts, dtype=torch.int32, device="cuda"),
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device="cuda"),
+        block_tables=table.cuda(),
+        max_query_len=max(query_lens),
+        max_seq_len=max(seq_lens),
+        query_start_loc_cpu=starts,
+        seq_lens_cpu=seq_lens,
+    )
+    query = torch.randn(starts[-1], HEADS, DIM, dtype=torch.bfloat16, device="cuda")
+    kv_bytes = sum(seq_lens) * KV_HEADS * DIM * 2 * 2
+    return cache, meta, query, kv_bytes
+
+
+def sweep_decode(batch: int, low: int, high: int) -> None:
+    rng = random.Random(0)
+    cache, meta, query, kv_bytes = make_batch(
+        [rng.randint(low, high) for _ in range(batch)], [1] * batch
+    )
+    workspace = triton_decode.DecodeWorkspace(batch, HEADS, DIM, 16, torch.device("cuda"))
+    rows = []
+    splits_options = [1, 2] if batch > 32 else [4, 8, 16]
+    for splits, tile, warps, stages in itertools.product(
+        splits_options, [32, 64, 128], [2, 4, 8], [2, 3, 4]
+    ):
+        run = functools.partial(
+            triton_decode.paged_decode_attention,
+            query,
+            cache,
+            meta.block_tables,
+            meta.seq_lens,
+            DIM**-0.5,
+            None,
+            splits,
+            workspace,
+            tile_n=tile,
+            num_warps=warps,
+            num_stages=stages,
+        )
+
+        try:
+            ms = triton.testing.do_bench(run, warmup=20, rep=100, return_mode="median")
+        except Exception as exc:  # a setting that does not compile is just skipped
+            print("skip", splits, tile, warps, stages, type(exc).__name__)
+            continue
+        rows.append((ms, splits, tile, warps, stages, kv_bytes / ms / 1e9))
+    rows.sort()
+    print(f"decode batch {batch}, contexts {low}-{high}: {kv_bytes / 1e9:.2f} GB of K/V")
+    for ms, splits, tile, warps, stages, tbps in rows[:6]:
+        print(
+            f"  {ms * 1e3:8.1f} us  splits={splits} tile={tile} warps={warps} "
+            f"stages={stages}  {tbps:.2f} TB/s"
+        )
+
+
+def sweep_prefill() -> None:
+    cache, meta, query, _ = make_batch([1024] * 8, [1024] * 8)
+    flops = 8 * 4 * 1024 * 1024 * DIM * HEADS / 2  # causal
+    rows = []
+    for block_m, tile, warps, stages in itertools.product([64, 128], [32, 64, 128], [4, 8], [2, 3]):
+        run = functools.partial(
+            triton_attention.paged_attention,
+            query,
+            cache,
+            meta,
+            DIM**-0.5,
+            None,
+            block_m=block_m,
+            tile_n=tile,
+            num_warps=warps,
+            num_stages=stages,
+        )
+        try:
+            ms = triton.testing.do_bench(run, warmup=10, rep=50, return_mode="median")
+        except Exception as exc:
+            print("skip", block_m, tile, warps, stages, type(exc).__name__)
+            continue
+        rows.append((ms, block_m, tile, warps, stages, flops / ms / 1e9))
+    rows.sort()
+    print("prefill 8 x 1024 tokens")
+    for ms, block_m, tile, warps, stages, tflops in rows[:6]:
+        print(
+            f"  {ms * 1e3:8.1f} us  block_m={block_m} tile={tile} warps={warps} "
+            f"stages={stages}  {tflops:.0f} TFLOP/s"
+        )
+
+
+if __name__ == "__main__":
+    sweep_decode(256, 1024, 2048)
+    sweep_decode(1, 128, 384)
+    sweep_prefill()
