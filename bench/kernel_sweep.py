@@ -57,10 +57,11 @@ def sweep_decode(batch: int, low: int, high: int) -> None:
     )
     workspace = triton_decode.DecodeWorkspace(batch, HEADS, DIM, 16, torch.device("cuda"))
     rows = []
-    splits_options = [1, 2] if batch > 32 else [4, 8, 16]
-    for splits, tile, warps, stages in itertools.product(
-        splits_options, [32, 64, 128], [2, 4, 8], [2, 3, 4]
-    ):
+    if batch > 32:
+        grid = itertools.product([1, 2], [64, 128], [4, 8], [2, 4])
+    else:
+        grid = itertools.product([8, 16], [32, 64], [4], [2, 3])
+    for splits, tile, warps, stages in grid:
         run = functools.partial(
             triton_decode.paged_decode_attention,
             query,
