@@ -186,7 +186,7 @@ def paged_decode_attention(
     workspace: DecodeWorkspace | None = None,
     tile_n: int | None = None,
     num_warps: int = 4,
-    num_stages: int = 3,
+    num_stages: int | None = None,
 ) -> torch.Tensor:
     num_seqs, num_heads, head_dim = query.shape
     _, _, block_size, num_kv_heads, _ = kv_cache.shape
@@ -197,7 +197,10 @@ def paged_decode_attention(
         workspace = DecodeWorkspace(num_seqs, num_heads, head_dim, num_splits, query.device)
     group = num_heads // num_kv_heads
     head_dim_padded = triton.next_power_of_2(head_dim)
-    tile_n = tile_n or max(64, block_size)
+    # Measured on the H200 (bench/kernel_sweep.py): long unsplit contexts like wide tiles
+    # and deep pipelines (4.0 TB/s at batch 256); split ranges are short.
+    tile_n = tile_n or max(128 if num_splits == 1 else 64, block_size)
+    num_stages = num_stages or (4 if num_splits == 1 else 3)
     key_cache, value_cache = kv_cache[0], kv_cache[1]
     partial_out = out if num_splits == 1 else workspace.partial
     m_buf = out if num_splits == 1 else workspace.m

@@ -23,8 +23,8 @@ class IncrementalDetokenizer:
     ) -> None:
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
-        context = prompt_token_ids[-_INITIAL_CONTEXT:]
-        self.tokens: list[str] = self._to_tokens(context)
+        self.context_ids = prompt_token_ids[-_INITIAL_CONTEXT:]
+        self.tokens: list[str] = self._to_tokens(self.context_ids)
         self.prefix_offset = 0
         self.read_offset = len(self.tokens)
 
@@ -35,6 +35,19 @@ class IncrementalDetokenizer:
             self.tokens.extend(self._to_tokens([token_id]))
             added.append(self._decode_tail())
         return "".join(added)
+
+    def decode_all(self, token_ids: list[int]) -> str:
+        """The whole text at once, as update() + flush() would give it, in two decodes.
+
+        For requests that want only the final text and have no stop strings: no work per
+        step, and the Rust decoder does it in one pass.
+        """
+        vocab = len(self.tokenizer)
+        context = [t for t in self.context_ids if t < vocab]
+        ids = [t for t in token_ids if t < vocab]  # as _to_tokens: padded rows decode to ""
+        skip = self.skip_special_tokens
+        full = self.tokenizer.decode(context + ids, skip_special_tokens=skip)
+        return full[len(self.tokenizer.decode(context, skip_special_tokens=skip)) :]
 
     def _to_tokens(self, token_ids: list[int]) -> list[str]:
         # Models often have more embedding rows than the tokenizer has tokens (padding

@@ -132,10 +132,15 @@ class OutputProcessor:
         sample.token_ids.extend(out.new_token_ids)
         if sample.logprobs is not None and out.new_logprobs:
             sample.logprobs.extend(out.new_logprobs)
-        delta = sample.detokenizer.update(out.new_token_ids)
-        if out.finished:
-            delta += sample.detokenizer.flush()
-        sample.text += delta
+        if params.output_kind == "final_only" and not params.stop:
+            if out.finished:  # nobody sees partial text: decode once at the end
+                sample.text = sample.detokenizer.decode_all(sample.token_ids)
+            delta = ""
+        else:
+            delta = sample.detokenizer.update(out.new_token_ids)
+            if out.finished:
+                delta += sample.detokenizer.flush()
+            sample.text += delta
         if params.stop and delta and len(sample.token_ids) >= params.min_tokens:
             match = find_stop_string(
                 sample.text, len(delta), params.stop, params.include_stop_str_in_output

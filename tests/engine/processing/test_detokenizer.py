@@ -48,6 +48,15 @@ def test_streamed_text_equals_whole_decode(tokenizer, text):
     assert all("\ufffd" not in piece for piece in pieces)  # never half a character
 
 
+@pytest.mark.parametrize("text", [UNSEEN, "hello world, the cache 日本語 🙂!", " leading"])
+def test_decode_all_equals_streaming(tokenizer, text):
+    prompt_ids = tokenizer.encode("the model says:")
+    output_ids = tokenizer.encode(text, add_special_tokens=False)
+    streamed = "".join(incremental(tokenizer, prompt_ids, output_ids))
+    detok = IncrementalDetokenizer(tokenizer, prompt_ids)
+    assert detok.decode_all(output_ids) == streamed
+
+
 def test_random_text_streams_match_whole_decode(tokenizer):
     """Random mixes of known words and unseen characters, streamed in random chunks."""
     rng = random.Random(0)
