@@ -15,12 +15,12 @@ import os
 import platform
 import random
 import statistics
-import subprocess
 import sys
 import time
 from datetime import date
 from pathlib import Path
 
+from pagoda.engine.benchmarks.results import git_commit
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
 from pagoda.engine.core.messages import ModelRunnerOutput
 from pagoda.engine.core.scheduler import Scheduler, SchedulerConfig
@@ -107,7 +107,7 @@ def main() -> int:
         "cpu": _cpu_model(),
         "cores": os.cpu_count(),
         "python": platform.python_version(),
-        "commit": _commit(),
+        "commit": git_commit(),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "config": {
             "running": args.running,
@@ -139,15 +139,6 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.machine()
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 if __name__ == "__main__":

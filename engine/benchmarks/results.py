@@ -27,7 +27,7 @@ def write(workload: str, args: argparse.Namespace, figures: dict, ceiling: dict)
             "transformers": transformers.__version__,
             "python": platform.python_version(),
         },
-        "commit": os.environ.get("PAGODA_COMMIT") or _git_commit(),
+        "commit": os.environ.get("PAGODA_COMMIT") or git_commit(),
         "command": "pagoda " + " ".join(sys.argv[1:]),
         "config": {
             k: (str(v) if isinstance(v, Path) else v)
@@ -76,7 +76,7 @@ def _flatten(values: dict, prefix: str = ""):
             yield f"{prefix}{key}", value
 
 
-def _git_commit() -> str:
+def git_commit() -> str:
     try:
         return subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True

@@ -6,8 +6,6 @@ at small shapes; with a GPU it runs compiled, and the `gpu` tests add full-size 
 
 from __future__ import annotations
 
-import importlib
-import os
 import random
 
 import pytest
@@ -17,18 +15,6 @@ from pagoda.engine.kernels import reference
 from pagoda.engine.layers.attention_metadata import AttentionMetadata
 
 ON_GPU = torch.cuda.is_available()
-
-
-@pytest.fixture(scope="module")
-def triton_attention():
-    if not ON_GPU:
-        os.environ["TRITON_INTERPRET"] = "1"  # read when the kernel is decorated
-    from pagoda.engine.kernels import triton_attention as module
-
-    module = importlib.reload(module)
-    yield module
-    if not ON_GPU:
-        os.environ.pop("TRITON_INTERPRET", None)
 
 
 def random_batch(
@@ -143,18 +129,6 @@ def test_triton_matches_reference_at_full_shapes(triton_attention, dtype):
         got = triton_attention.paged_attention(query, kv_cache, meta, 128**-0.5)
         tolerance = 2e-5 if dtype == torch.float32 else 2e-2
         torch.testing.assert_close(got.float(), expected.float(), atol=tolerance, rtol=tolerance)
-
-
-@pytest.fixture(scope="module")
-def triton_decode():
-    if not ON_GPU:
-        os.environ["TRITON_INTERPRET"] = "1"
-    from pagoda.engine.kernels import triton_decode as module
-
-    module = importlib.reload(module)
-    yield module
-    if not ON_GPU:
-        os.environ.pop("TRITON_INTERPRET", None)
 
 
 DECODE_CASES = [

@@ -5,9 +5,6 @@ CPU: under TRITON_INTERPRET=1 at small odd shapes; GPU: compiled, at Llama-8B si
 
 from __future__ import annotations
 
-import importlib
-import os
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -18,18 +15,6 @@ from pagoda.engine.layers.rotary import RotaryEmbedding
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if ON_GPU else "cpu"
-
-
-@pytest.fixture(scope="module")
-def fused():
-    if not ON_GPU:
-        os.environ["TRITON_INTERPRET"] = "1"
-    from pagoda.engine.kernels import triton_fused as module
-
-    module = importlib.reload(module)
-    yield module
-    if not ON_GPU:
-        os.environ.pop("TRITON_INTERPRET", None)
 
 
 def poisoned(*shape, dtype=torch.float32):
