@@ -9,7 +9,7 @@ TORCH_VERSION := $(shell sed -n 's/^torch==//p' constraints.txt)
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 TINY_MODEL := .cache/tiny-llama
 
-.PHONY: setup test lint format run clean
+.PHONY: setup test lint format run clean generate
 
 setup: $(STAMP)
 
@@ -45,6 +45,11 @@ run: setup $(TINY_MODEL)/config.json
 	$(BIN)/pagoda generate $(TINY_MODEL) --max-tokens 32 \
 		--prompt "The paged KV cache lets a server" \
 		--prompt "Continuous batching means"
+
+# The CRDs in crds/ and charts/pagoda/ come from the typed API in operator/api/;
+# tests/operator/test_generated.py fails when they are stale.
+generate: setup
+	$(BIN)/python -P -m pagoda.operator.api.generate
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache .hypothesis

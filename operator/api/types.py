@@ -1,0 +1,284 @@
+"""The InferenceService API, typed once: the CRD's schema is generated from these models
+(`make generate`), and the operator parses every resource it reconciles with them.
+
+Field docstrings become the schema's descriptions (`kubectl explain inferenceservice.spec`).
+Rules the OpenAPI schema cannot say are CEL rules (`x-kubernetes-validations`) attached
+with `cel(...)`; the API server enforces both, so a bad spec never reaches the operator.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic.alias_generators import to_camel
+
+GROUP = "serving.pagoda.dev"
+VERSION = "v1alpha1"
+KIND = "InferenceService"
+PLURAL = "inferenceservices"
+API_VERSION = f"{GROUP}/{VERSION}"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# pvc://CLAIM[/PATH] or hostpath:///ABSOLUTE/PATH (a folder on the node)
+MODEL_URI = r"^(pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?(/[^/].*)?|hostpath:///.+)$"
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
+
+# Native Kubernetes blocks are passed through to pods as they are, never re-declared.
+Passthrough = Annotated[
+    dict[str, Any], WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True})
+]
+IntOrString = Annotated[int | str, WithJsonSchema({"x-kubernetes-int-or-string": True})]
+
+
+def cel(*rules: tuple[str, str]) -> dict[str, Any]:
+    """Schema extra holding CEL rules as (rule, message) pairs."""
+    return {"x-kubernetes-validations": [{"rule": r, "message": m} for r, m in rules]}
+
+
+class ApiModel(BaseModel):
+    """camelCase on the wire, snake_case in Python; unknown fields are the API server's
+    business (it prunes or rejects them), so parsing here ignores them."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+        extra="ignore",
+    )
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+# -- spec ---------------------------------------------------------------------------------
+
+
+class ModelSource(ApiModel):
+    """Which weights to serve and under what name."""
+
+    uri: str = Field(pattern=MODEL_URI, max_length=1024)
+    """Where the checkpoint lives: `pvc://CLAIM/PATH` (a PersistentVolumeClaim in the same
+    namespace, mounted read-only) or `hostpath:///PATH` (a folder on the GPU node)."""
+
+    revision: str = Field(default="v1", pattern=DNS_LABEL, max_length=20)
+    """The model revision; each revision gets a Deployment of its own."""
+
+    served_name: str | None = Field(default=None, min_length=1, max_length=128)
+    """The name clients put in `model` (default: the InferenceService's name)."""
+
+
+class EngineSpec(ApiModel):
+    """How the engine runs in each replica."""
+
+    image: str | None = Field(default=None, min_length=1)
+    """The engine image (default: the operator's `--engine-image`)."""
+
+    tensor_parallel_size: int = Field(default=1, ge=1, le=64)
+    """GPUs one replica shards the model over; each pod requests this many GPUs."""
+
+    max_model_len: int | None = Field(default=None, ge=1)
+    """Prompt + output token limit (default: the model's own)."""
+
+    args: list[str] = Field(default_factory=list)
+    """Extra `pagoda serve` flags, appended after the ones the operator sets."""
+
+    env: list[Passthrough] = Field(default_factory=list)
+    """Extra environment variables of the engine container (Kubernetes EnvVar objects)."""
+
+    shm_size: str = Field(default="16Gi", pattern=QUANTITY)
+    """Size of the memory-backed /dev/shm that NCCL uses between tensor-parallel ranks."""
+
+    startup_timeout_seconds: int = Field(default=1800, ge=30, le=86400)
+    """How long weight loading and warm-up may take before the pod is restarted."""
+
+    drain_timeout_seconds: int = Field(default=25, ge=0, le=3600)
+    """How long in-flight requests may run after SIGTERM (`--drain-timeout`); the pod's
+    termination grace period is longer than this."""
+
+
+class Autoscaling(ApiModel):
+    """Replica bounds and targets. `builtin`: Pagoda's autoscaler writes `spec.replicas`;
+    `external`: an HPA or KEDA does, through the scale subresource."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            ("self.minReplicas <= self.maxReplicas", "minReplicas must not exceed maxReplicas")
+        )
+    )
+
+    mode: Literal["builtin", "external"] = "builtin"
+    min_replicas: int = Field(default=1, ge=0)
+    max_replicas: int = Field(default=1, ge=1)
+    target_queue_depth: float = Field(default=8.0, gt=0)
+    """Waiting requests per replica the autoscaler aims for."""
+
+    target_kv_cache_utilization: float = Field(
+        default=0.8, gt=0, le=1, alias="targetKVCacheUtilization"
+    )
+    """KV-cache usage (0..1] per replica the autoscaler aims for."""
+
+    scale_down_delay_seconds: int = Field(default=300, ge=0)
+
+
+class Rollout(ApiModel):
+    """How a changed spec replaces running pods."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            (
+                "self.maxSurge > 0 || self.maxUnavailable > 0",
+                "maxSurge and maxUnavailable cannot both be 0: the rollout could never start",
+            )
+        )
+    )
+
+    strategy: Literal["RollingUpdate"] = "RollingUpdate"
+    max_surge: int = Field(default=1, ge=0)
+    """Extra pods (and so extra GPUs) a rollout may start above `replicas`."""
+
+    max_unavailable: int = Field(default=0, ge=0)
+    """Pods a rollout may take down before their replacements are ready."""
+
+
+class Resources(ApiModel):
+    """Container resources (as a Pod's); the GPU request defaults to tensorParallelSize."""
+
+    limits: dict[str, IntOrString] = Field(default_factory=dict)
+    requests: dict[str, IntOrString] = Field(default_factory=dict)
+
+
+class PodTemplate(ApiModel):
+    """Passed through to the engine pods."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            (
+                "!has(self.labels) || self.labels.all(k, !k.startsWith('serving.pagoda.dev/'))",
+                "template.labels may not use the serving.pagoda.dev/ prefix: the operator "
+                "selects its pods with those labels",
+            )
+        )
+    )
+
+    labels: dict[str, str] = Field(default_factory=dict, max_length=64)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Passthrough] = Field(default_factory=list)
+    affinity: Passthrough | None = None
+    resources: Resources = Field(default_factory=Resources)
+    service_account_name: str | None = None
+    priority_class_name: str | None = None
+    image_pull_secrets: list[Passthrough] = Field(default_factory=list)
+
+
+class Monitoring(ApiModel):
+    """Prometheus scraping of the engine's /metrics (a ServiceMonitor, created only when
+    the Prometheus Operator's CRDs exist)."""
+
+    enabled: bool = True
+    interval: str = Field(default="30s", pattern=r"^[0-9]+(ms|s|m|h)$")
+
+
+GPU_MULTIPLE_RULE = (
+    "!has(self.template) || !has(self.template.resources) || !has(self.template.resources.limits)"
+    f" || !('{GPU_RESOURCE}' in self.template.resources.limits)"
+    f" || int(self.template.resources.limits['{GPU_RESOURCE}'])"
+    " % self.engine.tensorParallelSize == 0"
+)
+
+
+class InferenceServiceSpec(ApiModel):
+    """The desired state: a model served by `replicas` engine pods."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            (
+                GPU_MULTIPLE_RULE,
+                f"template.resources.limits['{GPU_RESOURCE}'] must be a multiple of "
+                "engine.tensorParallelSize",
+            )
+        )
+    )
+
+    model: ModelSource
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    replicas: int = Field(default=1, ge=0)
+    """Engine pods to run (the scale subresource's spec path)."""
+
+    autoscaling: Autoscaling | None = None
+    """Absent: `replicas` is fixed. The autoscaler itself arrives with its own issue; until
+    then both modes keep `replicas` as written (by a user, an HPA or KEDA)."""
+
+    rollout: Rollout = Field(default_factory=Rollout)
+    template: PodTemplate = Field(default_factory=PodTemplate)
+    monitoring: Monitoring = Field(default_factory=Monitoring)
+
+
+# -- status -------------------------------------------------------------------------------
+
+ConditionType = Literal["Ready", "Progressing", "Degraded"]
+
+
+class Condition(ApiModel):
+    """A metav1.Condition."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str = ""
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
+class InferenceServiceStatus(ApiModel):
+    """What the operator observed; written only by the operator (status subresource)."""
+
+    observed_generation: int | None = None
+    """The metadata.generation this status describes."""
+
+    replicas: int = 0
+    """Engine pods that exist (the scale subresource's status path)."""
+
+    ready_replicas: int = 0
+    """Engine pods that passed readiness on /health."""
+
+    updated_replicas: int = 0
+    """Engine pods of the current revision with the current spec."""
+
+    selector: str | None = None
+    """Label selector of the engine pods (for HPA through the scale subresource)."""
+
+    current_revision: str | None = None
+    """The model revision being served."""
+
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    """Ready, Progressing and Degraded, each with a reason."""
+
+
+# Rules on the whole object (the root schema may read metadata.name).
+ROOT_RULES = {
+    "x-kubernetes-validations": [
+        {
+            "rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')"
+            " && size(self.metadata.name) <= 42",
+            "message": "must be a DNS-1035 label of at most 42 characters: it names the "
+            "Service, and with the revision the Deployment",
+            "fieldPath": ".metadata.name",
+        }
+    ]
+}
+
+
+class InferenceService(ApiModel):
+    """An LLM served by Pagoda engine pods behind a Service."""
+
+    api_version: str = API_VERSION
+    kind: str = KIND
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: InferenceServiceSpec
+    status: InferenceServiceStatus | None = None

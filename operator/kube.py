@@ -1,0 +1,151 @@
+"""A thin Kubernetes REST layer over plain dicts: get, list, server-side apply, delete,
+status patches and API discovery.
+
+Builders produce dicts, so the operator speaks dicts to the API server too, through the
+`kubernetes` client's authenticated connection (in-cluster or kubeconfig). Server-side
+apply makes every write idempotent: applying the same manifest twice changes nothing,
+and fields someone else changed by hand are taken back (`force`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "pagoda-operator"
+APPLY = "application/apply-patch+yaml"
+MERGE = "application/merge-patch+json"
+DISCOVERY_TTL_S = 30.0
+
+
+class ApiError(Exception):
+    """A non-2xx answer; `status` is the HTTP code, `reason` the API's (NotFound, …)."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status, self.reason, self.message = status, reason, message
+
+    @property
+    def retryable(self) -> bool:
+        """Worth retrying as is: server trouble, throttling, conflicts, timeouts."""
+        return self.status >= 500 or self.status in (409, 429, 0)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """Where a kind lives in the REST API."""
+
+    api_version: str
+    kind: str
+    plural: str
+
+    def path(self, namespace: str, name: str | None = None) -> str:
+        prefix = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        path = f"{prefix}/namespaces/{namespace}/{self.plural}"
+        return f"{path}/{name}" if name else path
+
+
+DEPLOYMENT = Kind("apps/v1", "Deployment", "deployments")
+SERVICE = Kind("v1", "Service", "services")
+POD = Kind("v1", "Pod", "pods")
+PDB = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
+SERVICE_MONITOR = Kind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors")
+INFERENCE_SERVICE = Kind("serving.pagoda.dev/v1alpha1", "InferenceService", "inferenceservices")
+KINDS = {k.kind: k for k in (DEPLOYMENT, SERVICE, POD, PDB, SERVICE_MONITOR, INFERENCE_SERVICE)}
+
+
+def kind_of(manifest: dict[str, Any]) -> Kind:
+    return KINDS[manifest["kind"]]
+
+
+class Kube:
+    def __init__(self, api_client) -> None:
+        self.api = api_client
+        self._discovery: dict[str, tuple[float, bool]] = {}
+        self._discovery_lock = threading.Lock()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+    ) -> tuple[int, dict[str, Any] | None]:
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        method, url, headers, body, _ = self.api.param_serialize(
+            method, path, query_params=query or [], header_params=headers, body=body,
+            auth_settings=["BearerToken"],
+        )  # fmt: skip
+        try:
+            response = self.api.call_api(method, url, header_params=headers, body=body)
+            raw = response.read()
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:  # no answer at all
+            raise ApiError(0, "ConnectionError", str(exc)) from exc
+        data = json.loads(raw) if raw else None
+        if response.status >= 400:
+            data = data or {}
+            raise ApiError(response.status, data.get("reason", ""), data.get("message", ""))
+        return response.status, data
+
+    def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.request("GET", kind.path(namespace, name))[1]
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(self, kind: Kind, namespace: str, selector: str) -> list[dict[str, Any]]:
+        _, data = self.request("GET", kind.path(namespace), [("labelSelector", selector)])
+        return (data or {}).get("items", [])
+
+    def apply(self, manifest: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Server-side apply; returns the object and whether it was created."""
+        meta = manifest["metadata"]
+        path = kind_of(manifest).path(meta["namespace"], meta["name"])
+        query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
+        status, data = self.request("PATCH", path, query, manifest, APPLY)
+        return data or {}, status == 201
+
+    def delete(self, kind: Kind, namespace: str, name: str) -> None:
+        query = [("propagationPolicy", "Background")]
+        try:
+            self.request("DELETE", kind.path(namespace, name), query)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+
+    def patch_status(self, kind: Kind, namespace: str, name: str, status: dict[str, Any]) -> None:
+        path = kind.path(namespace, name) + "/status"
+        self.request("PATCH", path, body={"status": status}, content_type=MERGE)
+
+    def serves(self, group_version: str, plural: str) -> bool:
+        """Whether the API server serves `plural` in `group_version` (cached briefly:
+        CRDs such as the Prometheus Operator's may be installed at any time)."""
+        key = f"{group_version}/{plural}"
+        with self._discovery_lock:
+            checked_at, found = self._discovery.get(key, (float("-inf"), False))
+            if time.monotonic() - checked_at < DISCOVERY_TTL_S:
+                return found
+        try:
+            _, data = self.request("GET", f"/apis/{group_version}")
+            found = any(r.get("name") == plural for r in (data or {}).get("resources", []))
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            found = False
+        with self._discovery_lock:
+            self._discovery[key] = (time.monotonic(), found)
+        return found
