@@ -93,7 +93,7 @@ class Kube:
             raw = response.read()
         except (ApiException, urllib3.exceptions.HTTPError) as exc:  # no answer at all
             raise ApiError(0, "ConnectionError", str(exc)) from exc
-        data = json.loads(raw) if raw else None
+        data = _json_or_text(raw)
         if response.status >= 400:
             data = data or {}
             raise ApiError(response.status, data.get("reason", ""), data.get("message", ""))
@@ -149,3 +149,13 @@ class Kube:
         with self._discovery_lock:
             self._discovery[key] = (time.monotonic(), found)
         return found
+
+
+def _json_or_text(raw: bytes) -> dict[str, Any] | None:
+    """The JSON body, or the text of a plain answer (a 404 for an unknown API group)."""
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return {"message": raw.decode(errors="replace")[:500]}

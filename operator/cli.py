@@ -1,0 +1,117 @@
+"""`pagoda operator`: run the operator (kopf) against the cluster in the kubeconfig, or
+in-cluster with the pod's ServiceAccount."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+# Peering priority from the start time: the oldest live replica acts, so a new replica
+# (a rollout, a restart) waits as the standby instead of taking over from a healthy one.
+PRIORITY_EPOCH_MS = 2**42  # ~2109 in Unix milliseconds: priorities stay positive
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    engine_image: str
+    http_address: str
+    peering_lifetime: int
+    resync_seconds: int
+
+
+def default_priority(now_s: float | None = None) -> int:
+    return PRIORITY_EPOCH_MS - int((time.time() if now_s is None else now_s) * 1000)
+
+
+def register(subparsers) -> None:
+    from pagoda.operator.builders.context import DEFAULT_ENGINE_IMAGE
+
+    parser = subparsers.add_parser(
+        "operator", help="run the Kubernetes operator", description=__doc__
+    )
+    parser.add_argument(
+        "--engine-image",
+        default=os.environ.get("PAGODA_ENGINE_IMAGE", DEFAULT_ENGINE_IMAGE),
+        help="engine image for InferenceServices that name none ($PAGODA_ENGINE_IMAGE)",
+    )
+    parser.add_argument(
+        "--http-address", default="0.0.0.0:8080", help="HOST:PORT of /metrics and /healthz"
+    )
+    parser.add_argument(
+        "--peering", default="pagoda", help="ClusterKopfPeering shared by the replicas"
+    )
+    parser.add_argument(
+        "--standalone", action="store_true", help="no peering: the only replica (development)"
+    )
+    parser.add_argument(
+        "--peering-lifetime",
+        type=int,
+        default=30,
+        help="seconds after which a silent peer counts as dead (the standby's takeover time)",
+    )
+    parser.add_argument(
+        "--priority", type=int, default=None, help="peering priority (default: oldest wins)"
+    )
+    parser.add_argument(
+        "--identity",
+        default=os.environ.get("POD_NAME"),
+        help="this replica's name among peers (default: $POD_NAME)",
+    )
+    parser.add_argument(
+        "--resync-seconds", type=int, default=300, help="re-list watched resources this often"
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import kopf
+
+    from pagoda.operator import handlers  # noqa: F401  (registers the handlers)
+    from pagoda.operator.kube import Kube
+    from pagoda.operator.reconcile import Reconciler
+
+    if args.peering_lifetime < 1 or args.resync_seconds < 10:
+        raise ValueError("--peering-lifetime must be >= 1 and --resync-seconds >= 10")
+    config = OperatorConfig(
+        args.engine_image, args.http_address, args.peering_lifetime, args.resync_seconds
+    )
+    reconciler = Reconciler(Kube(api_client()), args.engine_image, post_event, adopt)
+    priority = default_priority() if args.priority is None else args.priority
+    log.info("pagoda operator %s, peering priority %d", args.identity or "", priority)
+    kopf.run(
+        clusterwide=True,
+        standalone=args.standalone,
+        peering_name=None if args.standalone else args.peering,
+        priority=priority,
+        identity=args.identity,
+        memo=kopf.Memo(config=config, reconciler=reconciler),
+    )
+    return 0
+
+
+def api_client():
+    """A `kubernetes` client: in-cluster when run in a pod, else from the kubeconfig."""
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+def post_event(body, type_: str, reason: str, message: str) -> None:
+    import kopf
+
+    kopf.event(body, type=type_, reason=reason, message=message)
+
+
+def adopt(child: dict, owner) -> None:
+    import kopf
+
+    kopf.adopt(child, owner=owner)

@@ -1,0 +1,102 @@
+"""kopf handlers: thin. Each one hands the resource to the Reconciler and maps its
+errors onto kopf's retry policy; the logic lives in reconcile.py, builders/ and status.py.
+
+No handler needs a finalizer (children are owned, so deletion cascades through garbage
+collection), and no handler returns a value, so kopf writes nothing into `status`:
+the status is the API designed in api/types.py. kopf keeps its own bookkeeping in
+annotations under serving.pagoda.dev/ instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from pagoda.operator import endpoints, metrics
+from pagoda.operator.api.types import GROUP, PLURAL, VERSION
+from pagoda.operator.builders.names import LABEL_ISVC, MANAGED_BY_LABEL
+from pagoda.operator.kube import ApiError
+
+KOPF_PREFIX = GROUP
+RETRY_DELAY_S = 5
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    config = memo.config
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=KOPF_PREFIX, key="last-handled-configuration"
+    )
+    # Events are the operator's decisions (posted by the reconciler), not kopf's
+    # per-handler chatter, which stays in the log.
+    settings.posting.level = logging.WARNING
+    settings.posting.reporting_component = "pagoda-operator"
+    settings.peering.lifetime = config.peering_lifetime
+    # Only the resources known at start are watched: no list/watch on CRDs and
+    # namespaces is needed (least privilege).
+    settings.scanning.disabled = True
+    # Watches end and re-list every few minutes: a periodic resync of every child.
+    settings.watching.server_timeout = config.resync_seconds
+    settings.watching.client_timeout = config.resync_seconds + 30
+    settings.execution.max_workers = 8
+    memo.http = await endpoints.start(config.http_address)
+    metrics.UP.set(1)
+
+
+@kopf.on.cleanup()
+async def stop_endpoints(memo: kopf.Memo, **_: Any) -> None:
+    if getattr(memo, "http", None) is not None:
+        await memo.http.cleanup()
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL, backoff=RETRY_DELAY_S)
+@kopf.on.create(GROUP, VERSION, PLURAL, backoff=RETRY_DELAY_S)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec", backoff=RETRY_DELAY_S)
+def reconcile(body: kopf.Body, reason: kopf.Reason, memo: kopf.Memo, **_: Any) -> None:
+    """The spec changed, or this operator (re)started: bring the children in line."""
+    try:
+        memo.reconciler.reconcile(body.metadata.namespace, body.metadata.name, str(reason))
+    except ApiError as exc:
+        raise kopf.TemporaryError(
+            f"reconcile failed, retrying: {exc}", delay=RETRY_DELAY_S
+        ) from exc
+
+
+def _child_event(body: kopf.Body, kind: str, memo: kopf.Memo, logger: logging.Logger) -> None:
+    """A child or engine pod changed (status, hand edit, deletion): reconcile its owner,
+    which repairs drift and refreshes the status. Failures wait for the next event."""
+    owner = (body["metadata"].get("labels") or {}).get(LABEL_ISVC)
+    if not owner:
+        return
+    try:
+        memo.reconciler.reconcile(body["metadata"]["namespace"], owner, trigger=kind)
+    except ApiError as exc:
+        logger.warning("reconciling %s after a %s event failed: %s", owner, kind, exc)
+
+
+@kopf.on.event("apps", "v1", "deployments", labels=MANAGED_BY_LABEL)
+def deployment_event(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+    _child_event(body, "deployment", memo, logger)
+
+
+@kopf.on.event("v1", "services", labels=MANAGED_BY_LABEL)
+def service_event(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+    _child_event(body, "service", memo, logger)
+
+
+@kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=MANAGED_BY_LABEL)
+def pdb_event(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+    _child_event(body, "poddisruptionbudget", memo, logger)
+
+
+@kopf.on.event("monitoring.coreos.com", "v1", "servicemonitors", labels=MANAGED_BY_LABEL)
+def monitor_event(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+    _child_event(body, "servicemonitor", memo, logger)
+
+
+@kopf.on.event("v1", "pods", labels=MANAGED_BY_LABEL)
+def pod_event(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+    _child_event(body, "pod", memo, logger)
