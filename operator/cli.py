@@ -1,5 +1,9 @@
 """`pagoda operator`: run the operator (kopf) against the cluster in the kubeconfig, or
-in-cluster with the pod's ServiceAccount."""
+in-cluster with the pod's ServiceAccount.
+
+`python -m pagoda.operator` runs the same command without the `pagoda` CLI's other
+subcommands, whose imports need torch: the operator image has no torch (images/operator).
+"""
 
 from __future__ import annotations
 
@@ -29,11 +33,28 @@ def default_priority(now_s: float | None = None) -> int:
 
 
 def register(subparsers) -> None:
-    from pagoda.operator.builders.context import DEFAULT_ENGINE_IMAGE
-
     parser = subparsers.add_parser(
         "operator", help="run the Kubernetes operator", description=__doc__
     )
+    add_arguments(parser)
+    parser.set_defaults(handler=run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pagoda.operator [--log-level LEVEL] [flags]`."""
+    parser = argparse.ArgumentParser(prog="python -m pagoda.operator", description=__doc__)
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return run(args)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from pagoda.operator.builders.context import DEFAULT_ENGINE_IMAGE
+
     parser.add_argument(
         "--engine-image",
         default=os.environ.get("PAGODA_ENGINE_IMAGE", DEFAULT_ENGINE_IMAGE),
@@ -65,7 +86,6 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--resync-seconds", type=int, default=300, help="re-list watched resources this often"
     )
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
