@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 FIELD_MANAGER = "pagoda-operator"
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
-DISCOVERY_TTL_S = 30.0
+DISCOVERY_TTL_S = 10.0
 
 
 class ApiError(Exception):

@@ -59,3 +59,18 @@ def namespace(api) -> Iterator[str]:
     wait_for(lambda: core.list_namespaced_service_account(name).items, "default SA", 30)
     yield name
     core.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def pagoda_operator(cluster, api, backer, tmp_path_factory):
+    """The chart installed by `helm install`, its two operator replicas running as real
+    processes with the chart ServiceAccount's token (tests/e2e/operator_env.py)."""
+    from tests.e2e import operator_env
+
+    started = time.monotonic()
+    operator = operator_env.install(cluster, api, backer, tmp_path_factory.mktemp("operator"))
+    log.info(
+        "pagoda chart installed, operator replicas Ready in %.1f s", time.monotonic() - started
+    )
+    yield operator
+    operator_env.uninstall(cluster, operator)

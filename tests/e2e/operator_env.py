@@ -1,0 +1,195 @@
+"""The operator as installed by its chart, for the e2e tests of tests/e2e/test_operator_*.
+
+`helm install` puts the chart into `pagoda-system` with two operator replicas. Their pods
+are real: the PodBacker runs `python -m pagoda.operator` for each, with the very args the
+chart rendered and a kubeconfig holding a token of the chart's ServiceAccount (TokenRequest
+API) — so every test that passes proves the chart's RBAC is enough. Engine pods the
+operator creates run `engine_stub.py` when their InferenceService asks to be backed
+(`BACKED`), else kwok fakes them Ready.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from e2e import Backend, Cluster, PodBacker, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "pagoda"
+ENGINE_STUB = Path(__file__).resolve().parent / "engine_stub.py"
+RELEASE = "pagoda"
+SYSTEM_NAMESPACE = "pagoda-system"
+OPERATOR_LABELS = {"app.kubernetes.io/instance": RELEASE, "app.kubernetes.io/component": "operator"}
+ENGINE_LABELS = {"app.kubernetes.io/managed-by": "pagoda-operator"}
+BACKED = {"e2e.pagoda.dev/backed": "true"}  # template.annotations: run the engine stub
+GROUP, VERSION, PLURAL = "serving.pagoda.dev", "v1alpha1", "inferenceservices"
+PEERING_LIFETIME_S = 5  # how long the standby waits for a silent leader
+
+
+@dataclass
+class Operator:
+    """The installed chart: where its ServiceAccount's kubeconfig is, and its pods."""
+
+    kubeconfig: Path
+    core: Any  # CoreV1Api as admin
+
+    def pods(self) -> list:
+        selector = ",".join(f"{k}={v}" for k, v in OPERATOR_LABELS.items())
+        return self.core.list_namespaced_pod(SYSTEM_NAMESPACE, label_selector=selector).items
+
+    def ready_pods(self) -> list:
+        return [p for p in self.pods() if _ready(p) and not p.metadata.deletion_timestamp]
+
+
+def install(cluster: Cluster, api, backer: PodBacker, state_dir: Path) -> Operator:
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": SYSTEM_NAMESPACE}})
+    installed = cluster.helm(
+        "install", RELEASE, str(CHART), "--namespace", SYSTEM_NAMESPACE,
+        "--set-string", "operator.podAnnotations.e2e\\.pagoda\\.dev/backed=true",
+        "--set", f"operator.peering.lifetimeSeconds={PEERING_LIFETIME_S}",
+        check=False,
+    )  # fmt: skip
+    if installed.returncode != 0:
+        raise RuntimeError(f"helm install failed:\n{installed.stderr}")
+    kubeconfig = sa_kubeconfig(cluster, core, RELEASE, state_dir / "operator.kubeconfig")
+    backer.register(Backend(OPERATOR_LABELS, operator_argv(api), {"KUBECONFIG": str(kubeconfig)}))
+    engine = [sys.executable, str(ENGINE_STUB), "--host={pod_ip}", "--port={port}"]
+    backer.register(Backend(ENGINE_LABELS, engine, {"OMP_NUM_THREADS": "1"}))
+    operator = Operator(kubeconfig, core)
+    wait_for(lambda: len(operator.ready_pods()) == 2, "two operator replicas Ready", 60)
+    return operator
+
+
+def operator_argv(api) -> list[str]:
+    """The chart's container args, run as a local process bound to the pod's IP."""
+    deployment = client.AppsV1Api(api).read_namespaced_deployment(
+        f"{RELEASE}-operator", SYSTEM_NAMESPACE
+    )
+    args = deployment.spec.template.spec.containers[0].args
+    args = [re.sub(r"^--http-address=.*", "--http-address={pod_ip}:{port}", a) for a in args]
+    return [sys.executable, "-P", "-m", "pagoda.operator", *args]
+
+
+def sa_kubeconfig(cluster: Cluster, core, service_account: str, path: Path) -> Path:
+    """A kubeconfig that authenticates as the ServiceAccount, with a TokenRequest token."""
+    request = {"spec": {"expirationSeconds": 3 * 3600}}
+    token = core.create_namespaced_service_account_token(
+        service_account, SYSTEM_NAMESPACE, request
+    ).status.token
+    ca = cluster.layout.pem("ca.crt")
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "e2e", "cluster": {"server": cluster.server, "certificate-authority": ca}}
+        ],
+        "users": [{"name": service_account, "user": {"token": token}}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": service_account}}],
+        "current-context": "e2e",
+    }
+    path.write_text(json.dumps(config))
+    path.chmod(0o600)
+    return path
+
+
+def uninstall(cluster: Cluster, operator: Operator) -> None:
+    cluster.helm("uninstall", RELEASE, "--namespace", SYSTEM_NAMESPACE, "--wait", check=False)
+    operator.core.delete_namespace(SYSTEM_NAMESPACE)
+
+
+# -- InferenceServices ----------------------------------------------------------------------
+
+
+def isvc(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "InferenceService",
+        "metadata": {"name": name},
+        "spec": {"model": {"uri": "hostpath:///var/lib/models/tiny"}} | spec,
+    }
+
+
+def objects(api):
+    return client.CustomObjectsApi(api)
+
+
+def create(api, namespace: str, manifest: dict) -> dict:
+    return objects(api).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, manifest)
+
+
+def get(api, namespace: str, name: str) -> dict:
+    return objects(api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+
+
+def patch(api, namespace: str, name: str, body: dict) -> dict:
+    return objects(api).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name, body
+    )
+
+
+def condition(resource: dict, type_: str) -> dict:
+    conditions = (resource.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == type_), {})
+
+
+def wait_ready(api, namespace: str, name: str, generation: int = 1, timeout_s: float = 60) -> dict:
+    """The InferenceService once its status describes `generation` and says Ready."""
+
+    def ready():
+        resource = get(api, namespace, name)
+        status = resource.get("status") or {}
+        current = status.get("observedGeneration", 0) >= generation
+        fresh = condition(resource, "Ready").get("observedGeneration", 0) >= generation
+        ok = current and fresh and condition(resource, "Ready").get("status") == "True"
+        return ok and not _progressing(resource) and resource
+
+    return wait_for(ready, f"InferenceService {name} Ready (generation {generation})", timeout_s)
+
+
+def _progressing(resource: dict) -> bool:
+    return condition(resource, "Progressing").get("status") == "True"
+
+
+def events(api, namespace: str, name: str) -> list:
+    core = client.CoreV1Api(api)
+    selector = f"involvedObject.name={name},involvedObject.kind=InferenceService"
+    return core.list_namespaced_event(namespace, field_selector=selector).items
+
+
+def event_reasons(api, namespace: str, name: str) -> set[str]:
+    return {e.reason for e in events(api, namespace, name)}
+
+
+# -- the operator's own endpoints ----------------------------------------------------------
+
+
+def scrape(pod) -> str:
+    url = f"http://{pod.status.pod_ip}:8080/metrics"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return resp.read().decode()
+
+
+def reconciles(pod) -> float:
+    """Reconciles this operator replica ran (all triggers and results)."""
+    text = scrape(pod)
+    return sum(
+        float(m) for m in re.findall(r"^pagoda_operator_reconciles_total\{.*\} (\S+)$", text, re.M)
+    )
+
+
+def kubectl(cluster: Cluster, *args: str) -> subprocess.CompletedProcess:
+    return cluster.kubectl(*args, check=False)
+
+
+def _ready(pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
