@@ -1,0 +1,109 @@
+"""Invalid InferenceServices are refused by the API server itself (OpenAPI schema and CEL
+rules from operator/api/), with messages a user can act on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from tests.e2e import operator_env as env
+
+pytestmark = pytest.mark.e2e
+
+TINY = {"uri": "pvc://models/tiny"}
+
+# (what is wrong, the manifest's spec, a fragment the API server's message must contain)
+INVALID = [
+    (
+        "TP below 1",
+        {"model": TINY, "engine": {"tensorParallelSize": 0}},
+        "spec.engine.tensorParallelSize in body should be greater than or equal to 1",
+    ),
+    (
+        "GPUs not a multiple of TP",
+        {
+            "model": TINY,
+            "engine": {"tensorParallelSize": 4},
+            "template": {"resources": {"limits": {"nvidia.com/gpu": 6}}},
+        },
+        "must be a multiple of engine.tensorParallelSize",
+    ),
+    (
+        "minReplicas above maxReplicas",
+        {"model": TINY, "autoscaling": {"minReplicas": 4, "maxReplicas": 2}},
+        "minReplicas must not exceed maxReplicas",
+    ),
+    (
+        "unknown model scheme",
+        {"model": {"uri": "s3://bucket/llama"}},
+        "spec.model.uri in body should match",
+    ),
+    ("no model", {"replicas": 1}, "spec.model: Required value"),
+    (
+        "negative replicas",
+        {"model": TINY, "replicas": -1},
+        "spec.replicas in body should be greater than or equal to 0",
+    ),
+    (
+        "rollout that cannot start",
+        {"model": TINY, "rollout": {"maxSurge": 0, "maxUnavailable": 0}},
+        "maxSurge and maxUnavailable cannot both be 0",
+    ),
+    (
+        "selector label hijack",
+        {"model": TINY, "template": {"labels": {"serving.pagoda.dev/revision": "x"}}},
+        "may not use the serving.pagoda.dev/ prefix",
+    ),
+    (
+        "KV-cache target above 1",
+        {"model": TINY, "autoscaling": {"targetKVCacheUtilization": 1.5}},
+        "should be less than or equal to 1",
+    ),
+    (
+        "unsupported autoscaling mode",
+        {"model": TINY, "autoscaling": {"mode": "magic"}},
+        'supported values: "builtin", "external"',
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "spec", "message"), INVALID, ids=[c[0] for c in INVALID])
+def test_invalid_spec_is_refused_with_a_readable_message(
+    api, pagoda_operator, namespace, case, spec, message
+):
+    manifest = env.isvc("bad") | {"spec": spec}
+    with pytest.raises(ApiException) as refused:
+        env.create(api, namespace, manifest)
+    assert refused.value.status == 422, case
+    assert message in json.loads(refused.value.body)["message"], refused.value.body
+
+
+def test_name_that_cannot_name_a_service_is_refused(api, pagoda_operator, namespace):
+    with pytest.raises(ApiException) as refused:
+        env.create(api, namespace, env.isvc("7b-" + "x" * 45))
+    assert refused.value.status == 422
+    assert "metadata.name" in refused.value.body and "DNS-1035" in refused.value.body
+
+
+def test_misspelt_field_is_refused_not_dropped(cluster, pagoda_operator, namespace, tmp_path):
+    manifest = env.isvc("typo") | {
+        "metadata": {"name": "typo", "namespace": namespace},
+        "spec": {"model": TINY, "engine": {"tensorParalelSize": 2}},
+    }
+    path = tmp_path / "typo.json"
+    path.write_text(json.dumps(manifest))
+    result = env.kubectl(cluster, "apply", "-f", str(path))  # kubectl validates strictly
+    assert result.returncode != 0
+    assert 'unknown field "spec.engine.tensorParalelSize"' in result.stderr
+
+
+def test_defaults_are_filled_in(api, pagoda_operator, namespace):
+    created = env.create(api, namespace, env.isvc("defaults"))
+    spec = created["spec"]
+    assert spec["replicas"] == 1
+    assert spec["model"]["revision"] == "v1"
+    assert spec["engine"]["tensorParallelSize"] == 1
+    assert spec["rollout"] == {"strategy": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 0}
+    assert "autoscaling" not in spec
