@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 FIELD_MANAGER = "pagoda-operator"
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
-DISCOVERY_TTL_S = 10.0
+DISCOVERY_TTL_S = 60.0
+REQUEST_TIMEOUT_S = 30.0  # a stalled request must not hold an InferenceService's lock forever
 
 
 class ApiError(Exception):
@@ -70,7 +71,7 @@ def kind_of(manifest: dict[str, Any]) -> Kind:
 class Kube:
     def __init__(self, api_client) -> None:
         self.api = api_client
-        self._discovery: dict[str, tuple[float, bool]] = {}
+        self._discovery: dict[str, float] = {}  # API → when it was last found
         self._discovery_lock = threading.Lock()
 
     def request(
@@ -89,7 +90,9 @@ class Kube:
             auth_settings=["BearerToken"],
         )  # fmt: skip
         try:
-            response = self.api.call_api(method, url, header_params=headers, body=body)
+            response = self.api.call_api(
+                method, url, header_params=headers, body=body, _request_timeout=REQUEST_TIMEOUT_S
+            )
             raw = response.read()
         except (ApiException, urllib3.exceptions.HTTPError) as exc:  # no answer at all
             raise ApiError(0, "ConnectionError", str(exc)) from exc
@@ -131,23 +134,29 @@ class Kube:
         path = kind.path(namespace, name) + "/status"
         self.request("PATCH", path, body={"status": status}, content_type=MERGE)
 
+    def forget_discovery(self) -> None:
+        """Drop cached answers (an API was found gone: its CRD was deleted)."""
+        with self._discovery_lock:
+            self._discovery.clear()
+
     def serves(self, group_version: str, plural: str) -> bool:
-        """Whether the API server serves `plural` in `group_version` (cached briefly:
-        CRDs such as the Prometheus Operator's may be installed at any time)."""
+        """Whether the API server serves `plural` in `group_version`. A yes is cached
+        briefly; a no is asked again each time, so CRDs installed later (the Prometheus
+        Operator's) are picked up by the very next reconcile."""
         key = f"{group_version}/{plural}"
         with self._discovery_lock:
-            checked_at, found = self._discovery.get(key, (float("-inf"), False))
-            if time.monotonic() - checked_at < DISCOVERY_TTL_S:
-                return found
+            if time.monotonic() - self._discovery.get(key, float("-inf")) < DISCOVERY_TTL_S:
+                return True
         try:
             _, data = self.request("GET", f"/apis/{group_version}")
-            found = any(r.get("name") == plural for r in (data or {}).get("resources", []))
         except ApiError as exc:
-            if exc.status != 404:
-                raise
-            found = False
-        with self._discovery_lock:
-            self._discovery[key] = (time.monotonic(), found)
+            if exc.status == 404:
+                return False
+            raise
+        found = any(r.get("name") == plural for r in (data or {}).get("resources", []))
+        if found:
+            with self._discovery_lock:
+                self._discovery[key] = time.monotonic()
         return found
 
 

@@ -119,6 +119,10 @@ class Reconciler:
             try:
                 applied, _ = self.kube.apply(manifest)
             except ApiError as exc:
+                if exc.status == 404:  # its API is gone (a CRD deleted): skip it from now on
+                    log.warning("%s %s not applied, its API is gone: %s", kind.kind, name, exc)
+                    self.kube.forget_discovery()
+                    continue
                 if exc.status not in (400, 422):
                     raise
                 # built from a spec the CRD accepted, refused by the API server: only a

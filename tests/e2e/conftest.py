@@ -73,4 +73,4 @@ def pagoda_operator(cluster, api, backer, tmp_path_factory):
         "pagoda chart installed, operator replicas Ready in %.1f s", time.monotonic() - started
     )
     yield operator
-    operator_env.uninstall(cluster, operator)
+    operator_env.uninstall(cluster, api, operator)

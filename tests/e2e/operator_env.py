@@ -102,7 +102,13 @@ def sa_kubeconfig(cluster: Cluster, core, service_account: str, path: Path) -> P
     return path
 
 
-def uninstall(cluster: Cluster, operator: Operator) -> None:
+def uninstall(cluster: Cluster, api, operator: Operator) -> None:
+    """Stop the replicas first (they leave the peering on SIGTERM), then remove the
+    release: RBAC must outlive the processes that use it."""
+    client.AppsV1Api(api).patch_namespaced_deployment_scale(
+        f"{RELEASE}-operator", SYSTEM_NAMESPACE, {"spec": {"replicas": 0}}
+    )
+    wait_for(lambda: not operator.pods(), "operator pods gone", 60)
     cluster.helm("uninstall", RELEASE, "--namespace", SYSTEM_NAMESPACE, "--wait", check=False)
     operator.core.delete_namespace(SYSTEM_NAMESPACE)
 
@@ -173,9 +179,12 @@ def event_reasons(api, namespace: str, name: str) -> set[str]:
 # -- the operator's own endpoints ----------------------------------------------------------
 
 
+def urlopen(url: str):
+    return urllib.request.urlopen(url, timeout=5)
+
+
 def scrape(pod) -> str:
-    url = f"http://{pod.status.pod_ip}:8080/metrics"
-    with urllib.request.urlopen(url, timeout=5) as resp:
+    with urlopen(f"http://{pod.status.pod_ip}:8080/metrics") as resp:
         return resp.read().decode()
 
 
