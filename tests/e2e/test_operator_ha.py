@@ -25,13 +25,17 @@ def peers(api) -> dict[str, int]:
 
 
 def leader_and_standby(api, operator) -> tuple:
-    pods = {p.metadata.name: p for p in operator.ready_pods()}
-    ranked = wait_for(
-        lambda: (p := peers(api)) and set(pods) <= set(p) and sorted(pods, key=p.get),
-        "both replicas in the peering",
-        30,
-    )
-    return pods[ranked[-1]], pods[ranked[0]]
+    """(leader pod, standby pod) once both replicas are Ready and in the peering."""
+
+    def ranked():
+        pods = {p.metadata.name: p for p in operator.ready_pods()}
+        live = peers(api)
+        if len(pods) != 2 or not set(pods) <= set(live):
+            return None
+        order = sorted(pods, key=live.get)
+        return pods[order[-1]], pods[order[0]]
+
+    return wait_for(ranked, "both replicas Ready and in the peering", 30)
 
 
 def test_only_the_leader_acts_and_the_standby_takes_over(api, backer, pagoda_operator, namespace):
