@@ -131,7 +131,7 @@ def test_a_crashed_engine_loop_fails_every_request_and_refuses_new_ones(llama_di
     def broken_step():
         raise RuntimeError("simulated GPU fault")
 
-    engine.engine.core.step = broken_step
+    engine.core_client.core.step = broken_step
     params = SamplingParams(max_tokens=5)
 
     async def main():

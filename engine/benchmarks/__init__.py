@@ -1,0 +1,1 @@
+"""`pagoda bench …`: benchmarks that ship with the engine (serving, for now)."""
