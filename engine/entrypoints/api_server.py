@@ -56,7 +56,24 @@ def build_app(state: ServerState) -> FastAPI:
     install_error_handlers(app)
     app.include_router(_openai_router(state))
     app.include_router(_ops_router(state))
+    _name_models_in_schema(app, state.settings.served_model_names)
     return app
+
+
+def _name_models_in_schema(app: FastAPI, names: list[str]) -> None:
+    """The schema's `model` fields list the served names, so clients (and fuzzers) know them."""
+    default_openapi = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = default_openapi()
+            for component in schema.get("components", {}).get("schemas", {}).values():
+                model = component.get("properties", {}).get("model")
+                if model is not None and "anyOf" in model:  # requests' optional `model`
+                    model["anyOf"] = [{"type": "string", "enum": names}, {"type": "null"}]
+        return app.openapi_schema
+
+    app.openapi = openapi
 
 
 def _openai_router(state: ServerState) -> APIRouter:

@@ -1,8 +1,9 @@
 """Request and response bodies of the OpenAI API (and vLLM's extras), as pydantic models.
 
 Types are checked here; value ranges are checked once, by `SamplingParams.validate` and
-the input processor, whose ValueErrors name the field and become 400s. Unknown fields are
-ignored, as vLLM does, so clients that send newer OpenAI fields keep working.
+the input processor, whose ValueErrors name the field and become 400s. The ranges are also
+written into the OpenAPI schema (`documented`), so clients and fuzzers see them. Unknown
+fields are ignored, as vLLM does, so clients that send newer OpenAI fields keep working.
 """
 
 from __future__ import annotations
@@ -11,6 +12,13 @@ import time
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from pagoda.engine.sampling_params import MAX_LOGPROBS
+
+
+def documented(default=None, **schema):
+    """A field whose allowed values the OpenAPI schema shows; the engine's checks enforce them."""
+    return Field(default, json_schema_extra=schema)
 
 
 class OpenAIModel(BaseModel):
@@ -25,23 +33,23 @@ class SamplingFields(OpenAIModel):
     """What completions and chat share: OpenAI's sampling fields plus vLLM's extras."""
 
     model: str | None = None  # None: the served model
-    n: int = 1
-    temperature: float | None = None  # None: 1.0, as OpenAI
-    top_p: float | None = None
+    n: int = documented(1, minimum=1)
+    temperature: float | None = documented(minimum=0)  # None: 1.0, as OpenAI
+    top_p: float | None = documented(exclusiveMinimum=0, maximum=1)
     stop: str | list[str] | None = None
-    seed: int | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    logit_bias: dict[str, float] | None = None  # refused when set: not supported
+    seed: int | None = documented(minimum=-(2**63), maximum=2**63 - 1)
+    presence_penalty: float = documented(0.0, minimum=-2, maximum=2)
+    frequency_penalty: float = documented(0.0, minimum=-2, maximum=2)
+    logit_bias: dict[str, float] | None = documented(maxProperties=0)  # not supported yet
     user: str | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     # vLLM's extras
-    top_k: int | None = None
-    min_p: float | None = None
-    repetition_penalty: float | None = None
+    top_k: int | None = documented(minimum=-1)  # 0 or -1: off
+    min_p: float | None = documented(minimum=0, maximum=1)
+    repetition_penalty: float | None = documented(exclusiveMinimum=0)
     ignore_eos: bool = False
-    min_tokens: int = 0
+    min_tokens: int = documented(0, minimum=0)
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
@@ -51,15 +59,15 @@ class SamplingFields(OpenAIModel):
 
 class CompletionRequest(SamplingFields):
     prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = 16
-    logprobs: int | None = None  # top alternatives per token, 0..20
+    max_tokens: int | None = documented(16, minimum=1)
+    logprobs: int | None = documented(minimum=0, maximum=MAX_LOGPROBS)  # top alternatives
     echo: bool = False
-    suffix: str | None = None  # refused when set: not supported
+    suffix: str | None = documented(maxLength=0)  # not supported yet
     best_of: int | None = None  # only best_of == n is supported
 
 
 class ContentPart(OpenAIModel):
-    type: str
+    type: str = documented(..., enum=["text"])  # text only, checked with a clear message
     text: str | None = None
 
 
@@ -70,16 +78,17 @@ class ChatMessage(OpenAIModel):
 
 
 class ResponseFormat(OpenAIModel):
-    type: str
+    type: str = documented(..., enum=["text"])  # no guided decoding yet
 
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = None  # None: up to the model's context
-    max_completion_tokens: int | None = None  # OpenAI's newer name; wins over max_tokens
+    max_tokens: int | None = documented(minimum=1)  # None: up to the model's context
+    # OpenAI's newer name; wins over max_tokens
+    max_completion_tokens: int | None = documented(minimum=1)
     logprobs: bool = False
-    top_logprobs: int | None = None
-    tools: list[dict] | None = None  # refused when non-empty: not supported
+    top_logprobs: int | None = documented(minimum=0, maximum=MAX_LOGPROBS)
+    tools: list[dict] | None = documented(maxItems=0)  # not supported yet
     tool_choice: str | dict | None = None
     response_format: ResponseFormat | None = None  # only {"type": "text"}
     add_generation_prompt: bool = True  # vLLM's extra

@@ -31,8 +31,9 @@ def start_server(llama_dir, tmp_path):
     """start_server(*flags) -> a ready LiveServer, terminated after the test."""
     servers: list[LiveServer] = []
 
-    def start(*flags: str, ready: bool = True) -> LiveServer:
-        server = LiveServer(llama_dir, tmp_path, "--served-model-name", "tiny", *flags)
+    def start(*flags: str, ready: bool = True, model_dir=None) -> LiveServer:
+        model_dir = model_dir or llama_dir
+        server = LiveServer(model_dir, tmp_path, "--served-model-name", "tiny", *flags)
         servers.append(server)
         return server.wait_ready() if ready else server
 

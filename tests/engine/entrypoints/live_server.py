@@ -66,11 +66,15 @@ class LiveServer:
             ) from None
 
     def core_pid(self) -> int:
-        """The engine core process: the server's only child."""
-        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
-        pids = [int(pid) for pid in children.read_text().split()]
-        assert len(pids) == 1, pids
-        return pids[0]
+        """The engine core process: the server's child started by multiprocessing's spawn."""
+        pids = [
+            int(pid)
+            for children in Path(f"/proc/{self.process.pid}/task").glob("*/children")
+            for pid in children.read_text().split()
+        ]
+        cores = [pid for pid in pids if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert len(cores) == 1, pids
+        return cores[0]
 
     def rss_bytes(self) -> int:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
