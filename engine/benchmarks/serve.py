@@ -144,6 +144,7 @@ def _on_event(result: RequestResult, line: str, started: float) -> None:
 
 
 def run_from_args(args: argparse.Namespace) -> int:
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
     config = BenchConfig(
         base_url=args.base_url.rstrip("/"),
         endpoint=args.endpoint,

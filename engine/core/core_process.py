@@ -3,8 +3,9 @@
 Started by `MPCoreClient` with the spawn method. It connects a PULL socket for requests
 and a PUSH socket for outputs, reports READY once the model is loaded and the KV cache
 sized, then runs the same `EngineCoreLoop` as the in-process client. It dies with its
-parent (a watcher thread on the parent's sentinel) and ignores Ctrl-C, which the parent
-handles: shutting down is the parent's decision.
+parent (a watcher thread on the parent's sentinel) and ignores SIGINT and SIGTERM: Ctrl-C
+or a service manager signals the whole process group, and the parent must first drain
+its in-flight requests, which needs the core. Shutting down is the parent's decision.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def run_core_process(
 ) -> None:
     """The child's entry point; exits 0 on shutdown, 1 when the core dies."""
     _exit_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in (signal.SIGINT, signal.SIGTERM):  # the parent drains, then stops us
+        signal.signal(signum, signal.SIG_IGN)
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     context = zmq.Context()
     inbound = context.socket(zmq.PULL)

@@ -32,7 +32,10 @@ class LiveServer:
         command = [sys.executable, "-m", "pagoda.cli", "serve", str(model_dir)]
         command += ["--host", "127.0.0.1", "--port", str(self.port), *flags]
         with open(self.log_path, "w") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=ENV)
+            # A session of its own: a test may signal the server's whole process group.
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=ENV, start_new_session=True
+            )
 
     def wait_ready(self, timeout: float = 120.0) -> LiveServer:
         deadline = time.monotonic() + timeout
