@@ -143,6 +143,7 @@ class AsyncLLM:
     def _submit(self, prepared: PreparedRequest) -> asyncio.Queue:
         stream: asyncio.Queue = asyncio.Queue()
         with self._lock:
+            self._check_alive()  # under the lock: _fail_all cannot miss this stream
             if prepared.request_id in self.output_processor:
                 raise ValueError(f"request id {prepared.request_id!r} is already in use")
             self.output_processor.add_request(

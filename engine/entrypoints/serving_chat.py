@@ -6,7 +6,6 @@ import uuid
 from dataclasses import dataclass, field
 
 from fastapi import Request
-from fastapi.responses import StreamingResponse
 
 from pagoda.engine.async_llm import AsyncLLM, EngineDeadError
 from pagoda.engine.entrypoints.admission import Ticket
@@ -28,9 +27,9 @@ from pagoda.engine.entrypoints.sampling import include_usage, sampling_params
 from pagoda.engine.entrypoints.state import ServerState
 from pagoda.engine.entrypoints.streaming import (
     SSE_DONE,
-    SSE_HEADERS,
     Deadline,
     cancel_on_disconnect,
+    event_stream,
     last,
     sse,
     sse_error,
@@ -85,9 +84,7 @@ async def create_chat_completion(
         ticket.release()
         raise
     if body.stream:
-        return StreamingResponse(
-            _stream(job, ticket), media_type="text/event-stream", headers=SSE_HEADERS
-        )
+        return event_stream(_stream(job, ticket), ticket)
     try:
         return await cancel_on_disconnect(request, _complete(job))
     finally:

@@ -4,18 +4,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from fastapi import Request
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
+from pagoda.engine.entrypoints.admission import Ticket
 from pagoda.engine.entrypoints.errors import APIError
 
 T = TypeVar("T")
 
 SSE_DONE = "data: [DONE]\n\n"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # no proxy buffering
+
+
+def event_stream(events: AsyncIterator[str], ticket: Ticket) -> StreamingResponse:
+    """An SSE response whose admission ticket is released however it ends.
+
+    The events generator releases it in its `finally`; but when the client is gone before
+    the response starts, the generator never runs, so its collection releases it instead.
+    """
+    weakref.finalize(events, ticket.release)
+    return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 def sse(payload: BaseModel | dict) -> str:

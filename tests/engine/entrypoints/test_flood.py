@@ -4,6 +4,7 @@ and the server serves normally afterwards."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import httpx
@@ -46,6 +47,40 @@ async def fill_then_flood(url: str):
         long = await asyncio.wait_for(asyncio.gather(*busy), timeout=120)
         sampler.cancel()
     return long, flooded, peaks
+
+
+async def vanish(port: int, stream: bool) -> None:
+    """Send a request and hang up at once, before any answer."""
+    body = json.dumps({**LONG, "stream": stream}).encode()
+    head = (
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(head.encode() + body)
+    await writer.drain()
+    writer.close()
+
+
+async def all_admitted(url: str) -> list[int]:
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+        body = {**SHORT, "max_tokens": 200, "ignore_eos": True}
+        requests = [client.post("/v1/completions", json=body) for _ in range(8)]
+        return [response.status_code for response in await asyncio.gather(*requests)]
+
+
+def test_clients_that_hang_up_at_once_give_their_place_back(start_server):
+    server = start_server(*LIMIT_FLAGS, "--no-access-log")
+
+    async def hang_ups() -> None:
+        for round_ in range(30):
+            await asyncio.gather(*(vanish(server.port, stream=i % 2 == 0) for i in range(8)))
+            await asyncio.sleep(0.01 * (round_ % 3))  # vary where in its life each ends
+
+    asyncio.run(hang_ups())
+    server.wait_idle()
+    # Every slot is free again: 8 requests (the whole bound) are all admitted.
+    assert asyncio.run(all_admitted(server.url)) == [200] * 8
 
 
 def test_a_flood_gets_503_with_retry_after_and_the_server_recovers(start_server):
