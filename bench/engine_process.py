@@ -56,19 +56,20 @@ def start_server(model: Path, flags: list[str]) -> tuple[subprocess.Popen, str]:
     raise RuntimeError("the server did not become ready")
 
 
-def bench(url: str, workload: list[str]) -> dict:
+def bench(url: str, workload: list[str], nice: int = 0) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json") as result:
-        command = [sys.executable, "-m", "pagoda.cli", "bench", "serve", "--base-url", url]
+        command = ["nice", "-n", str(nice), sys.executable, "-m", "pagoda.cli", "bench", "serve"]
+        command += ["--base-url", url]
         subprocess.run([*command, *workload, "--result-file", result.name], check=True, env=ENV,
                        stdout=subprocess.DEVNULL)  # fmt: skip
         return json.loads(Path(result.name).read_text())
 
 
-def run_mode(model: Path, mode: str, workload: list[str]) -> dict:
+def run_mode(model: Path, mode: str, workload: list[str], nice: int) -> dict:
     server, url = start_server(model, MODES[mode])
     try:
         bench(url, [*workload, "--num-prompts", "32"])  # warm-up: the last flag wins
-        return bench(url, workload)
+        return bench(url, workload, nice)
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(60)
@@ -80,19 +81,26 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--num-prompts", type=int, default=256)
     parser.add_argument("--max-concurrency", type=int, default=128)
+    parser.add_argument("--request-rate", default="inf", help="requests/s (inf: all at once)")
     parser.add_argument("--input-len", type=int, default=64)
     parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument(
+        "--client-nice",
+        type=int,
+        default=0,
+        help="run the load generator at this niceness, so it yields the cores to the server",
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
     workload = [
         "--num-prompts", str(args.num_prompts), "--max-concurrency", str(args.max_concurrency),
         "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
-        "--ignore-eos", "--request-rate", "inf",
+        "--ignore-eos", "--request-rate", args.request_rate,
     ]  # fmt: skip
     runs: dict[str, list[dict]] = {mode: [] for mode in MODES}
     for _ in range(args.rounds):
         for mode in MODES:  # alternate, so drifts of the shared machine hit both alike
-            runs[mode].append(run_mode(args.model, mode, workload))
+            runs[mode].append(run_mode(args.model, mode, workload, args.client_nice))
     results = {mode: summarize(reports) for mode, reports in runs.items()}
     record = {
         "benchmark": "engine_process",
@@ -108,7 +116,7 @@ def main() -> int:
         "runs": runs,
     }  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{date.today()}-cpu-engine-process.json"
+    path = args.out / f"{date.today()}-cpu-engine-process-c{args.max_concurrency}.json"
     path.write_text(json.dumps(record, indent=2) + "\n")
     print_table(results)
     print(f"wrote {path}")
@@ -118,6 +126,9 @@ def main() -> int:
 def summarize(reports: list[dict]) -> dict:
     """Means over the rounds of each figure (latencies in ms)."""
     summary = {name: statistics.fmean(r[name] for r in reports) for name in FIGURES}
+    throughputs = [r["output_token_throughput"] for r in reports]
+    summary["output_token_throughput_min"] = min(throughputs)
+    summary["output_token_throughput_max"] = max(throughputs)
     for name in LATENCIES:
         for stat in ("mean_ms", "p50_ms", "p99_ms"):
             summary[f"{name}_{stat}"] = statistics.fmean(r[name][stat] for r in reports)
