@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import time
 
 import httpx
 
@@ -75,10 +76,36 @@ def test_a_dead_engine_fails_requests_and_turns_health_503_instead_of_hanging(st
     assert server.terminate() == 0
 
 
-def test_an_engine_that_cannot_start_exits_1(start_server, llama_dir, tmp_path):
+def test_an_engine_that_cannot_start_is_503_loading_then_exits_1(start_server, llama_dir, tmp_path):
     broken = tmp_path / "broken-model"
     shutil.copytree(llama_dir, broken)
     (broken / "model.safetensors").write_bytes(b"not a safetensors file")
     server = start_server(model_dir=broken, ready=False)
+    seen = set()
+    while server.process.poll() is None:  # the socket opens before the model loads
+        try:
+            health = httpx.get(f"{server.url}/health", timeout=1)
+            seen.add((health.status_code, health.json()["status"]))
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
     assert server.process.wait(120) == 1
+    assert (503, "loading") in seen and not any(code == 200 for code, _ in seen)
     assert "the engine failed to start" in server.log()
+
+
+def test_a_request_past_its_timeout_is_aborted_with_a_408(start_server):
+    server = start_server("--request-timeout", "0.5")
+    aborted = 'pagoda:request_success_total{finished_reason="abort",model_name="tiny"}'
+    whole = httpx.post(f"{server.url}/v1/completions", json=LONG, timeout=30)
+    assert whole.status_code == 408 and "timeout" in whole.json()["error"]["message"]
+
+    async def stream():
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            return await read_stream(client, asyncio.Event())
+
+    events = asyncio.run(stream())
+    assert events[-2]["choices"][0]["finish_reason"] == "abort"  # the stream ends cleanly
+    assert "timeout" in events[-1]["error"]["message"]
+    server.wait_idle()  # blocks freed
+    assert server.metrics()[aborted] == 2
