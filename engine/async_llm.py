@@ -216,7 +216,10 @@ class AsyncLLM:
                 logger.exception("stat logger %r failed", stat_logger)
 
     def _fail_all(self, exc: BaseException) -> None:
-        logger.error("the engine loop died: %s", exc)
+        if isinstance(exc, EngineDeadError):
+            logger.error("the engine loop died: %s", exc)
+        else:  # a bug in output processing: keep its traceback
+            logger.error("output processing failed; the engine stops serving", exc_info=exc)
         self.dead_error = exc
         error = exc if isinstance(exc, EngineDeadError) else EngineDeadError(repr(exc))
         with self._lock:
