@@ -11,14 +11,12 @@ from collections.abc import Sequence
 def build_parser() -> argparse.ArgumentParser:
     from pagoda import __version__
     from pagoda.engine import cli as engine_cli
-    from pagoda.engine.benchmarks import cli as bench_cli
 
     parser = argparse.ArgumentParser(prog="pagoda", description=__doc__)
     parser.add_argument("--version", action="version", version=f"pagoda {__version__}")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     engine_cli.register(subparsers)
-    bench_cli.register(subparsers)
     return parser
 
 

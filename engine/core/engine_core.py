@@ -10,8 +10,8 @@ import logging
 
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
-from pagoda.engine.core.messages import EngineCoreOutput
-from pagoda.engine.core.scheduler import Scheduler, SchedulerStats
+from pagoda.engine.core.messages import EngineCoreOutput, EngineCoreRequest, SchedulerStats
+from pagoda.engine.core.scheduler import Scheduler
 from pagoda.engine.request import Request
 
 logger = logging.getLogger(__name__)
@@ -34,19 +34,16 @@ class EngineCore:
         )
         self.scheduler = Scheduler(config.scheduler_config(), self.kv_cache)
 
-    def add_request(self, request: Request) -> None:
-        self.check_fits(request)
-        self.scheduler.add_request(request)
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """Tokens the whole KV cache holds: no request may need more."""
+        return self.kv_cache.num_blocks * self.kv_cache.block_size
 
-    def check_fits(self, request: Request) -> None:
-        """Refuse a request that could not fit even if it had the whole KV cache."""
+    def add_request(self, request: EngineCoreRequest) -> None:
+        """Queue a request the frontend checked; ValueError (nothing queued) if it cannot fit."""
         if not self.kv_cache.can_fit(request.max_total_tokens):
-            raise ValueError(
-                f"request {request.request_id} may need {request.max_total_tokens} tokens of "
-                f"KV cache, but the whole cache holds "
-                f"{self.kv_cache.num_blocks * self.kv_cache.block_size}: lower max_tokens or "
-                "give the cache more memory"
-            )
+            raise ValueError(f"request {request.request_id} cannot fit the KV cache")
+        self.scheduler.add_request(Request.from_core_request(request))
 
     def abort_requests(self, request_ids: list[str]) -> list[EngineCoreOutput]:
         return self.scheduler.abort_requests(request_ids)
