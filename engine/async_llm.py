@@ -37,6 +37,8 @@ class AsyncLLM:
         self._thread: threading.Thread | None = None
         self._stats = self.engine.core.stats()
         self.dead_error: BaseException | None = None
+        # A tensor-parallel worker may die while the loop idles: turn dead at once.
+        self.engine.core.executor.add_failure_listener(self._on_executor_failure)
 
     @classmethod
     def from_model(cls, model: str, **engine_args) -> AsyncLLM:
@@ -91,6 +93,11 @@ class AsyncLLM:
         if self._thread is not None and self._thread.is_alive():
             self._commands.put(("stop", None))
             self._thread.join()
+        self.engine.shutdown()
+
+    def _on_executor_failure(self, error: BaseException) -> None:
+        self.dead_error = self.dead_error or error
+        self._commands.put(("fail", error))  # wakes the loop to fail every stream
 
     def _ensure_started(self) -> None:
         if self.dead_error is not None:
@@ -124,6 +131,8 @@ class AsyncLLM:
             block = False
             if command == "stop":
                 return False
+            if command == "fail":
+                raise argument
             if command == "add":
                 self._add(argument)
             else:

@@ -1,0 +1,217 @@
+"""Tensor parallelism over processes: rank 0 here, ranks 1..N-1 in spawned workers.
+
+Each step, rank 0 pickles the scheduler's diff once (new requests once, then block ids,
+token counts, finished ids) with the tokens it sampled in the step before, writes it to
+every worker's pipe and runs its own share of the forward; the ranks meet in the
+collectives. Calls that return something (KV-cache sizing, graph capture) wait for every
+worker's reply. A watchdog turns a dead or silent worker into `WorkerFailedError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import multiprocessing.connection
+import pickle
+import time
+import weakref
+from typing import Any
+
+import torch
+
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.core.messages import ModelRunnerOutput, SchedulerOutput
+from pagoda.engine.distributed import process_group
+from pagoda.engine.executor.base import Executor, FailureListener, WorkerFailedError
+from pagoda.engine.executor.watchdog import (
+    FailureState,
+    Watchdog,
+    WorkerHandle,
+    describe_exit,
+    kill_workers,
+)
+from pagoda.engine.executor.worker import CALL, OK, SHUTDOWN, STEP, WorkerStep, run_worker
+
+logger = logging.getLogger(__name__)
+
+_STARTUP_TIMEOUT_S = 300.0  # a worker process importing torch on a loaded machine
+_SHUTDOWN_GRACE_S = 5.0
+_FAILURE_GRACE_S = 3.0  # after a collective errors, how long the watchdog has to name a rank
+
+
+class MultiprocExecutor(Executor):
+    def __init__(self, config: EngineConfig) -> None:
+        super().__init__(config)
+        if multiprocessing.current_process().daemon:
+            raise RuntimeError(
+                "tensor parallelism starts worker processes, which a daemonic process cannot: "
+                "run the engine in a non-daemonic process"
+            )
+        self.failure = FailureState()
+        self._sampled: dict[str, int] = {}  # rank 0's tokens of the last step, for the workers
+        self._closed = False
+        timeout_s = config.worker_timeout_s
+        self._store = process_group.host_store(config.tensor_parallel_size, timeout_s)
+        self._heartbeats = multiprocessing.get_context("spawn").RawArray(
+            "d", config.tensor_parallel_size
+        )
+        self.workers = _start_workers(config, self._store.port, self._heartbeats)
+        self._watchdog = Watchdog(self.workers, self._heartbeats, timeout_s, self.failure)
+        # Workers stop even if this executor is dropped without shutdown() (or at exit).
+        self._finalizer = weakref.finalize(self, _stop, self._watchdog, self.workers)
+        try:
+            self._start(config)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _start(self, config: EngineConfig) -> None:
+        from pagoda.engine.runner.model_runner import ModelRunner, rank_device
+
+        for worker in self.workers:  # every worker alive before anyone joins the group
+            self._reply(worker, _STARTUP_TIMEOUT_S)
+        self._watchdog.start()
+        device = rank_device(config, 0)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        size = config.tensor_parallel_size
+        self.tp = process_group.create_group(self._store, 0, size, device, config.worker_timeout_s)
+        if device.type == "cuda":  # NCCL would wait on a dead peer forever: make it return
+            tp = self.tp  # not self: the watchdog must not keep the executor alive
+            self.failure.add_listener(lambda _: process_group.abort_group(tp))
+        self.runner = ModelRunner(config, self.tp)
+        for worker in self.workers:  # their model is built and loaded too
+            self._reply(worker, _STARTUP_TIMEOUT_S)
+        logger.info("tensor parallelism over %d ranks ready (%s)", size, self.tp.group.name())
+
+    # -- the hot path ---------------------------------------------------------------
+
+    def execute(self, scheduled: SchedulerOutput) -> ModelRunnerOutput:
+        self._check_alive()
+        self._broadcast((STEP, WorkerStep(scheduled, self._sampled)))
+        try:
+            output = self.runner.execute(scheduled)
+        except Exception as exc:
+            raise self._failed(exc) from exc
+        self._sampled = output.sampled_token_ids
+        return output
+
+    # -- calls with replies ---------------------------------------------------------
+
+    def collective_rpc(self, method: str, *args: Any) -> list[Any]:
+        self._check_alive()
+        self._broadcast((CALL, method, args))
+        try:
+            local = getattr(self.runner, method)(*args)
+        except Exception as exc:
+            raise self._failed(exc) from exc
+        return [local, *(self._reply(worker) for worker in self.workers)]
+
+    def _broadcast(self, message: tuple) -> None:
+        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)  # once for all
+        try:
+            for worker in self.workers:
+                worker.conn.send_bytes(payload)
+        except OSError as exc:  # a worker's end is closed: it died
+            raise self._failed(exc) from exc
+
+    def _reply(self, worker: WorkerHandle, timeout: float | None = None) -> Any:
+        """The worker's answer to the last call; its error re-raised here."""
+        ready = multiprocessing.connection.wait([worker.conn, worker.process.sentinel], timeout)
+        if worker.conn not in ready:
+            if ready:  # its sentinel: the process ended
+                worker.process.join(1.0)
+                what = f"died ({describe_exit(worker.process.exitcode)})"
+            else:
+                what = f"did not answer in {timeout:g}s"
+            error = WorkerFailedError(
+                f"tensor-parallel worker rank {worker.rank} (pid {worker.process.pid}) {what}"
+            )
+            self.failure.fail(error)
+            raise error
+        kind, *payload = worker.conn.recv()
+        if kind == OK:
+            return payload[0]
+        error, text = payload
+        logger.error("tensor-parallel worker rank %d failed:\n%s", worker.rank, text)
+        raise error
+
+    # -- failures and shutdown ------------------------------------------------------
+
+    def add_failure_listener(self, listener: FailureListener) -> None:
+        self.failure.add_listener(listener)
+
+    def _check_alive(self) -> None:
+        if self.failure.error is not None:
+            raise self.failure.error
+        if self._closed:
+            raise RuntimeError("the executor is shut down")
+
+    def _failed(self, exc: BaseException) -> BaseException:
+        """After a step or call broke off: the worker failure behind it if there is one
+        (the watchdog needs a moment to notice); the engine is dead either way."""
+        error = self.failure.wait(_FAILURE_GRACE_S)
+        if error is None:  # rank 0's own error: the ranks are out of step now
+            self.failure.fail(WorkerFailedError(f"rank 0 failed: {exc!r}"))
+            kill_workers(self.workers)
+            return exc
+        return error
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._finalizer()
+        tp = getattr(self, "tp", None)
+        if tp is not None:
+            process_group.close_group(tp)
+        logger.info("tensor-parallel workers stopped")
+
+
+def _start_workers(config: EngineConfig, store_port: int, heartbeats) -> list[WorkerHandle]:
+    context = multiprocessing.get_context("spawn")  # fork is unsafe with threads and CUDA
+    workers = []
+    for rank in range(1, config.tensor_parallel_size):
+        heartbeats[rank] = time.monotonic()
+        ours, theirs = context.Pipe()
+        process = context.Process(
+            target=run_worker,
+            args=(
+                config,
+                rank,
+                store_port,
+                theirs,
+                heartbeats,
+                logging.getLogger().getEffectiveLevel(),
+            ),
+            name=f"pagoda-tp-rank{rank}",
+            daemon=True,  # terminated by multiprocessing if this process exits normally
+        )
+        process.start()
+        theirs.close()  # the worker holds the only other end: EOF when either side dies
+        logger.info("started tensor-parallel worker rank %d (pid %d)", rank, process.pid)
+        workers.append(WorkerHandle(rank, process, ours))
+    return workers
+
+
+def _stop(watchdog: Watchdog, workers: list[WorkerHandle]) -> None:
+    watchdog.stop()  # before the workers exit: that is no failure
+    _stop_workers(workers)
+
+
+def _stop_workers(workers: list[WorkerHandle]) -> None:
+    """Ask every worker to exit, then kill the ones that do not within the grace period."""
+    payload = pickle.dumps((SHUTDOWN,))
+    for worker in workers:
+        with contextlib.suppress(OSError):  # already gone
+            worker.conn.send_bytes(payload)
+    deadline = time.monotonic() + _SHUTDOWN_GRACE_S
+    for worker in workers:
+        worker.process.join(max(deadline - time.monotonic(), 0))
+        if worker.process.is_alive():
+            logger.warning("worker rank %d did not exit: killing it", worker.rank)
+    kill_workers(workers)
+    for worker in workers:
+        worker.conn.close()
+        worker.process.close()
