@@ -69,8 +69,14 @@ class MultiprocExecutor(Executor):
     def _start(self, config: EngineConfig) -> None:
         from pagoda.engine.runner.model_runner import ModelRunner, rank_device
 
-        for worker in self.workers:  # every worker alive before anyone joins the group
-            self._reply(worker, _STARTUP_TIMEOUT_S)
+        try:  # every worker alive before anyone joins the group
+            for worker in self.workers:
+                self._reply(worker, _STARTUP_TIMEOUT_S)
+        except WorkerFailedError as exc:
+            raise WorkerFailedError(
+                f"{exc} while starting (its log above says why; a script that starts a "
+                "tensor-parallel engine needs the `if __name__ == '__main__':` guard)"
+            ) from None
         self._watchdog.start()
         device = rank_device(config, 0)
         if device.type == "cuda":
@@ -92,7 +98,7 @@ class MultiprocExecutor(Executor):
         self._broadcast((STEP, WorkerStep(scheduled, self._sampled)))
         try:
             output = self.runner.execute(scheduled)
-        except Exception as exc:
+        except BaseException as exc:  # Ctrl-C too: the ranks are out of step after it
             raise self._failed(exc) from exc
         self._sampled = output.sampled_token_ids
         return output
@@ -104,7 +110,7 @@ class MultiprocExecutor(Executor):
         self._broadcast((CALL, method, args))
         try:
             local = getattr(self.runner, method)(*args)
-        except Exception as exc:
+        except BaseException as exc:
             raise self._failed(exc) from exc
         return [local, *(self._reply(worker) for worker in self.workers)]
 
@@ -149,14 +155,17 @@ class MultiprocExecutor(Executor):
             raise RuntimeError("the executor is shut down")
 
     def _failed(self, exc: BaseException) -> BaseException:
-        """After a step or call broke off: the worker failure behind it if there is one
-        (the watchdog needs a moment to notice); the engine is dead either way."""
-        error = self.failure.wait(_FAILURE_GRACE_S)
-        if error is None:  # rank 0's own error: the ranks are out of step now
-            self.failure.fail(WorkerFailedError(f"rank 0 failed: {exc!r}"))
-            kill_workers(self.workers)
-            return exc
-        return error
+        """After a step or call broke off: the worker failure behind it if there is one,
+        else `exc` itself. The engine is dead either way: the ranks are out of step."""
+        error = self.failure.error
+        if error is None and _may_be_a_peer_failure(exc):
+            error = self.failure.wait(_FAILURE_GRACE_S)  # the watchdog needs a moment
+        if error is not None:
+            return error
+        self._watchdog.stop()  # the workers' ends are ours now: no failure to report
+        self.failure.fail(WorkerFailedError(f"rank 0 failed: {exc!r}"))
+        kill_workers(self.workers)
+        return exc
 
     def shutdown(self) -> None:
         if self._closed:
@@ -166,7 +175,14 @@ class MultiprocExecutor(Executor):
         tp = getattr(self, "tp", None)
         if tp is not None:
             process_group.close_group(tp)
+        self._store = None  # closes its port
         logger.info("tensor-parallel workers stopped")
+
+
+def _may_be_a_peer_failure(exc: BaseException) -> bool:
+    """Settings errors and Ctrl-C are rank 0's own; anything else may be a collective that
+    broke because a worker died."""
+    return isinstance(exc, Exception) and not isinstance(exc, (ValueError, FileNotFoundError))
 
 
 def _start_workers(config: EngineConfig, store_port: int, heartbeats) -> list[WorkerHandle]:

@@ -15,7 +15,6 @@ import multiprocessing.connection
 import os
 import pickle
 import signal
-import sys
 import threading
 import time
 import traceback
@@ -71,9 +70,15 @@ def run_worker(
         worker = Worker(config, rank, store_port, conn)
     except BaseException as exc:
         _reply_error(conn, exc)
-        sys.exit(1)
+        logging.shutdown()
+        os._exit(1)
     conn.send((OK, None))
-    sys.exit(worker.serve())
+    code = worker.serve()
+    worker.close()
+    logging.shutdown()
+    # Skip interpreter teardown (seconds of torch and gloo destructors): the process
+    # holds nothing that needs it, and rank 0 waits for this exit on shutdown.
+    os._exit(code)
 
 
 class Worker:
@@ -114,6 +119,11 @@ class Worker:
                 self._call(message[1], message[2])
             else:
                 logger.error("unknown message %r from rank 0", kind)
+
+    def close(self) -> None:
+        from pagoda.engine.distributed.process_group import close_group
+
+        close_group(self.tp)
 
     def _step(self, step: WorkerStep) -> bool:
         try:
