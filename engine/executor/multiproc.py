@@ -9,6 +9,7 @@ worker's reply. A watchdog turns a dead or silent worker into `WorkerFailedError
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import multiprocessing
@@ -58,8 +59,10 @@ class MultiprocExecutor(Executor):
         )
         self.workers = _start_workers(config, self._store.port, self._heartbeats)
         self._watchdog = Watchdog(self.workers, self._heartbeats, timeout_s, self.failure)
-        # Workers stop even if this executor is dropped without shutdown() (or at exit).
+        # Workers stop even if this executor is dropped without shutdown(), and at exit
+        # before multiprocessing's own exit hook, whose SIGTERM workers ignore.
         self._finalizer = weakref.finalize(self, _stop, self._watchdog, self.workers)
+        atexit.register(self._finalizer)
         try:
             self._start(config)
         except BaseException:
@@ -172,6 +175,7 @@ class MultiprocExecutor(Executor):
             return
         self._closed = True
         self._finalizer()
+        atexit.unregister(self._finalizer)
         tp = getattr(self, "tp", None)
         if tp is not None:
             process_group.close_group(tp)
