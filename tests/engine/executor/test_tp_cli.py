@@ -12,6 +12,7 @@ from tests.engine.executor.test_tp_failures import alive, wait_until
 from tests.test_cli import ENV, pagoda
 
 pytestmark = pytest.mark.slow
+LONG_RUN = ("--tensor-parallel-size", "2", "--max-tokens", "1500", "--prompt", "once upon")
 PROMPTS = ("--prompt", "hello world", "--prompt", "the paged cache is", "--max-tokens", "12")
 
 
@@ -26,8 +27,7 @@ def test_two_ranks_print_what_one_process_prints(llama_dir):
 def start_long_generation(llama_dir) -> tuple[subprocess.Popen, int]:
     """`pagoda generate` with 2 ranks, running; its worker's pid."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "pagoda.cli", "generate", str(llama_dir)]
-        + ["--tensor-parallel-size", "2", "--max-tokens", "1500", "--prompt", "once upon"],
+        [sys.executable, "-m", "pagoda.cli", "generate", str(llama_dir), *LONG_RUN],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
