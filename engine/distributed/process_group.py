@@ -65,7 +65,7 @@ def abort_group(tp: TensorParallel) -> None:
     if tp.group is not None:
         try:
             tp.group.abort()
-        except RuntimeError as exc:  # already aborted, or the backend cannot
+        except (RuntimeError, AttributeError) as exc:  # already aborted, or cannot
             logger.debug("aborting the process group: %s", exc)
 
 
@@ -74,5 +74,5 @@ def close_group(tp: TensorParallel) -> None:
     if tp.group is not None:
         try:
             tp.group.shutdown()
-        except RuntimeError as exc:
+        except (RuntimeError, AttributeError) as exc:  # a backend without shutdown()
             logger.debug("shutting the process group down: %s", exc)

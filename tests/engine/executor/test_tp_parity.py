@@ -92,3 +92,15 @@ def test_seeded_sampling_matches_one_process(case, tiny_model_dir):
     got = llm.generate(prompts, params)
     for ours, theirs in zip(got, expected, strict=True):
         assert ours.outputs[0].token_ids == theirs.outputs[0].token_ids
+
+
+def test_one_rank_through_the_multiprocess_executor(llama_dir, single_process_tokens):
+    """N = 1 on the tensor-parallel path: a gloo group of one, its collectives really run."""
+    llm = LLM(str(llama_dir), distributed_executor_backend="mp")
+    try:
+        executor = llm.engine.core.executor
+        assert executor.workers == [] and executor.tp.group is not None
+        outputs = llm.generate(parity_prompts(), GREEDY)
+    finally:
+        llm.shutdown()
+    assert [output.outputs[0].token_ids for output in outputs] == single_process_tokens("llama")
