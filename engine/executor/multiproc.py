@@ -73,8 +73,7 @@ class MultiprocExecutor(Executor):
         from pagoda.engine.runner.model_runner import ModelRunner, rank_device
 
         try:  # every worker alive before anyone joins the group
-            for worker in self.workers:
-                self._reply(worker, _STARTUP_TIMEOUT_S)
+            self._replies(_STARTUP_TIMEOUT_S)
         except WorkerFailedError as exc:
             raise WorkerFailedError(
                 f"{exc} while starting (its log above says why; a script that starts a "
@@ -90,8 +89,7 @@ class MultiprocExecutor(Executor):
             tp = self.tp  # not self: the watchdog must not keep the executor alive
             self.failure.add_listener(lambda _: process_group.abort_group(tp))
         self.runner = ModelRunner(config, self.tp)
-        for worker in self.workers:  # their model is built and loaded too
-            self._reply(worker, _STARTUP_TIMEOUT_S)
+        self._replies(_STARTUP_TIMEOUT_S)  # their models are built and loaded too
         logger.info("tensor parallelism over %d ranks ready (%s)", size, self.tp.group.name())
 
     # -- the hot path ---------------------------------------------------------------
@@ -115,7 +113,7 @@ class MultiprocExecutor(Executor):
             local = getattr(self.runner, method)(*args)
         except BaseException as exc:
             raise self._failed(exc) from exc
-        return [local, *(self._reply(worker) for worker in self.workers)]
+        return [local, *self._replies()]
 
     def _broadcast(self, message: tuple) -> None:
         payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)  # once for all
@@ -125,25 +123,33 @@ class MultiprocExecutor(Executor):
         except OSError as exc:  # a worker's end is closed: it died
             raise self._failed(exc) from exc
 
-    def _reply(self, worker: WorkerHandle, timeout: float | None = None) -> Any:
-        """The worker's answer to the last call; its error re-raised here."""
+    def _replies(self, timeout: float | None = None) -> list[Any]:
+        """Every worker's answer to the last call, in rank order. All are read before the
+        first worker's error is raised here, so none is left for the next call to misread."""
+        replies = [self._reply(worker, timeout) for worker in self.workers]
+        for worker, (kind, *payload) in zip(self.workers, replies, strict=True):
+            if kind != OK:
+                error, text = payload
+                logger.error("tensor-parallel worker rank %d failed:\n%s", worker.rank, text)
+                raise error
+        return [payload[0] for _, *payload in replies]
+
+    def _reply(self, worker: WorkerHandle, timeout: float | None) -> tuple:
         ready = multiprocessing.connection.wait([worker.conn, worker.process.sentinel], timeout)
-        if worker.conn not in ready:
-            if ready:  # its sentinel: the process ended
-                worker.process.join(1.0)
-                what = f"died ({describe_exit(worker.process.exitcode)})"
-            else:
-                what = f"did not answer in {timeout:g}s"
-            error = WorkerFailedError(
-                f"tensor-parallel worker rank {worker.rank} (pid {worker.process.pid}) {what}"
-            )
-            self.failure.fail(error)
-            raise error
-        kind, *payload = worker.conn.recv()
-        if kind == OK:
-            return payload[0]
-        error, text = payload
-        logger.error("tensor-parallel worker rank %d failed:\n%s", worker.rank, text)
+        if worker.conn in ready:
+            try:
+                return worker.conn.recv()
+            except EOFError:  # it closed its end: it is exiting
+                pass
+        if ready:
+            worker.process.join(1.0)  # reap it, for its exit code
+            what = f"died ({describe_exit(worker.process.exitcode)})"
+        else:
+            what = f"did not answer in {timeout:g}s"
+        error = WorkerFailedError(
+            f"tensor-parallel worker rank {worker.rank} (pid {worker.process.pid}) {what}"
+        )
+        self.failure.fail(error)
         raise error
 
     # -- failures and shutdown ------------------------------------------------------
@@ -153,7 +159,7 @@ class MultiprocExecutor(Executor):
 
     def _check_alive(self) -> None:
         if self.failure.error is not None:
-            raise self.failure.error
+            raise WorkerFailedError(str(self.failure.error))
         if self._closed:
             raise RuntimeError("the executor is shut down")
 
@@ -164,7 +170,7 @@ class MultiprocExecutor(Executor):
         if error is None and _may_be_a_peer_failure(exc):
             error = self.failure.wait(_FAILURE_GRACE_S)  # the watchdog needs a moment
         if error is not None:
-            return error
+            return WorkerFailedError(str(error))  # a fresh one: each raise its own traceback
         self._watchdog.stop()  # the workers' ends are ours now: no failure to report
         self.failure.fail(WorkerFailedError(f"rank 0 failed: {exc!r}"))
         kill_workers(self.workers)

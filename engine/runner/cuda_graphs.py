@@ -18,7 +18,6 @@ import time
 import numpy as np
 import torch
 
-from pagoda.engine.kernels.triton_decode import choose_num_splits
 from pagoda.engine.runner.input_batch import HostBatch
 
 logger = logging.getLogger(__name__)
@@ -38,6 +37,8 @@ class DecodeGraphs:
         self.num_kv_heads = num_kv_heads  # this rank's
 
     def num_splits(self, size: int) -> int:
+        from pagoda.engine.kernels.triton_decode import choose_num_splits  # CUDA only
+
         return choose_num_splits(size, self.num_kv_heads)
 
     def bucket(self, batch: HostBatch) -> int | None:
