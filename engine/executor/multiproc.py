@@ -36,7 +36,7 @@ from pagoda.engine.executor.worker import CALL, OK, SHUTDOWN, STEP, WorkerStep, 
 
 logger = logging.getLogger(__name__)
 
-_STARTUP_TIMEOUT_S = 300.0  # a worker process importing torch on a loaded machine
+_STARTUP_TIMEOUT_S = 300.0  # to import torch and say hello, on a loaded machine
 _SHUTDOWN_GRACE_S = 5.0
 _FAILURE_GRACE_S = 3.0  # after a collective errors, how long the watchdog has to name a rank
 
@@ -89,7 +89,7 @@ class MultiprocExecutor(Executor):
             tp = self.tp  # not self: the watchdog must not keep the executor alive
             self.failure.add_listener(lambda _: process_group.abort_group(tp))
         self.runner = ModelRunner(config, self.tp)
-        self._replies(_STARTUP_TIMEOUT_S)  # their models are built and loaded too
+        self._replies()  # their models loaded too (however long: the watchdog minds hangs)
         logger.info("tensor parallelism over %d ranks ready (%s)", size, self.tp.group.name())
 
     # -- the hot path ---------------------------------------------------------------
