@@ -98,7 +98,11 @@ def _generate(args: argparse.Namespace) -> int:
     params = SamplingParams(
         max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed
     )
-    for output in llm.generate(prompts, params):
+    try:
+        outputs = llm.generate(prompts, params)
+    finally:
+        llm.shutdown()  # tensor-parallel workers, if any
+    for output in outputs:
         completion = output.outputs[0]
         print(
             f"--- {output.prompt!r} ({completion.finish_reason}, "

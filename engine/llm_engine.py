@@ -62,6 +62,9 @@ class LLMEngine:
     def has_unfinished_requests(self) -> bool:
         return len(self.output_processor) > 0 or self.core.has_unfinished_requests()
 
+    def shutdown(self) -> None:
+        self.core.shutdown()
+
     def step(self) -> list[RequestOutput]:
         processed = self.output_processor.process(self.core.step())
         if processed.to_abort:  # stop strings finished them here

@@ -32,6 +32,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Bad input from the user: one clear line, no traceback.
         print(f"pagoda {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:
+        from pagoda.engine.executor import WorkerFailedError
+
+        if not isinstance(exc, WorkerFailedError):
+            raise
+        # A tensor-parallel worker died or hung: the log has the details, this says which.
+        print(f"pagoda {args.command}: error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ logger = logging.getLogger(__name__)
 ADD = "add"  # payload: list[EngineCoreRequest]
 ABORT = "abort"  # payload: list[str] (core request ids)
 SHUTDOWN = "shutdown"  # payload: None
+FAIL = "fail"  # payload: the exception (a tensor-parallel worker died while idle)
 
 CoreMessage = tuple[str, Any]
 
@@ -31,6 +32,10 @@ class CoreTransport(Protocol):
         ...
 
     def send(self, outputs: EngineCoreOutputs) -> None: ...
+
+    def interrupt(self, error: BaseException) -> None:
+        """From another thread: make the loop stop with `error` even while it waits."""
+        ...
 
 
 class QueueTransport:
@@ -51,6 +56,9 @@ class QueueTransport:
     def send(self, outputs: EngineCoreOutputs) -> None:
         self.outbox.put(outputs)
 
+    def interrupt(self, error: BaseException) -> None:
+        self.inbox.put((FAIL, error))
+
 
 class EngineCoreLoop:
     def __init__(self, core: EngineCore, transport: CoreTransport) -> None:
@@ -58,14 +66,22 @@ class EngineCoreLoop:
         self.transport = transport
         self._last_stats = core.stats()
         self._refused: list[EngineCoreOutput] = []  # adds the core could not take
+        # A tensor-parallel worker can die while the loop waits for work: wake it.
+        core.executor.add_failure_listener(transport.interrupt)
 
     def run(self) -> None:
-        """Serve until a shutdown message; an exception means the core is unusable."""
-        while self._apply(self.transport.receive(block=not self._has_work())):
-            if self.core.has_unfinished_requests():
-                self._emit(self.core.step())
-            elif self._refused or self.core.stats() != self._last_stats:
-                self._emit([])  # aborts while idle: the gauges must still reach 0
+        """Serve until a shutdown message; an exception means the core is unusable.
+
+        Either way the core's workers are stopped when the loop ends.
+        """
+        try:
+            while self._apply(self.transport.receive(block=not self._has_work())):
+                if self.core.has_unfinished_requests():
+                    self._emit(self.core.step())
+                elif self._refused or self.core.stats() != self._last_stats:
+                    self._emit([])  # aborts while idle: the gauges must still reach 0
+        finally:
+            self.core.shutdown()
 
     def _has_work(self) -> bool:
         return self.core.has_unfinished_requests() or bool(self._refused)
@@ -75,6 +91,8 @@ class EngineCoreLoop:
         for kind, payload in messages:
             if kind == SHUTDOWN:
                 return False
+            if kind == FAIL:
+                raise payload
             if kind == ADD:
                 for request in payload:
                     self._add(request)

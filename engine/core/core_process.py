@@ -46,6 +46,12 @@ class ZmqTransport:
     def send(self, outputs: EngineCoreOutputs) -> None:
         self.outbound.send_multipart([serial.OUTPUTS, serial.encode(outputs)])
 
+    def interrupt(self, error: BaseException) -> None:
+        # Sockets belong to the loop's thread, so no message: exit, and the frontend sees
+        # the process die (its sentinel) and fails every stream. The log names the cause.
+        logger.error("the engine core is exiting: %s", error)
+        os._exit(1)
+
 
 def run_core_process(
     config: EngineConfig, input_address: str, output_address: str, log_level: int

@@ -1,7 +1,8 @@
 """The engine core: scheduler + model runner, one step at a time.
 
 It knows token ids only; text lives in the frontend. `step()` schedules, runs the model
-and turns the sampled tokens into per-request outputs.
+on every tensor-parallel rank through the executor, and turns the sampled tokens into
+per-request outputs.
 """
 
 from __future__ import annotations
@@ -19,13 +20,18 @@ logger = logging.getLogger(__name__)
 
 class EngineCore:
     def __init__(self, config: EngineConfig) -> None:
-        from pagoda.engine.runner.model_runner import ModelRunner
+        from pagoda.engine.executor import make_executor
 
         self.config = config
-        self.runner = ModelRunner(config)
-        num_blocks = self.runner.determine_num_blocks()
-        self.runner.init_kv_cache(num_blocks)
-        self.runner.capture_cuda_graphs()
+        self.executor = make_executor(config)
+        self.runner = self.executor.runner  # rank 0's, in this process
+        try:
+            num_blocks = self.executor.determine_num_blocks()
+            self.executor.init_kv_cache(num_blocks)
+            self.executor.capture_cuda_graphs()
+        except BaseException:
+            self.executor.shutdown()
+            raise
         self.kv_cache = KVCacheManager(
             num_blocks,
             config.block_size,
@@ -53,8 +59,12 @@ class EngineCore:
 
     def step(self) -> list[EngineCoreOutput]:
         scheduled = self.scheduler.schedule()
-        result = self.runner.execute(scheduled)
+        result = self.executor.execute(scheduled)
         return self.scheduler.update_from_output(scheduled, result)
 
     def stats(self) -> SchedulerStats:
         return self.scheduler.stats()
+
+    def shutdown(self) -> None:
+        """Stop the tensor-parallel workers, if any (idempotent)."""
+        self.executor.shutdown()

@@ -8,12 +8,14 @@ outputs from it. The core process is watched through its sentinel: if it dies, t
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import multiprocessing
 import shutil
 import tempfile
 import threading
+import weakref
 from pathlib import Path
 
 import zmq
@@ -43,8 +45,11 @@ class MPCoreClient:
         self._output.bind(f"ipc://{self._folder}/output")
         self._send_lock = threading.Lock()  # the event loop and the output thread both send
         self._dead: EngineDeadError | None = None
+        self._closed = False
         # spawn, not fork: the parent has threads (and on a GPU machine, CUDA state).
-        # daemon: multiprocessing terminates it if the parent exits without shutdown().
+        # Not a daemon: it starts the tensor-parallel workers, which a daemon may not. It
+        # exits with its parent (a watcher thread) and shutdown() runs at exit, before
+        # multiprocessing's own exit hook would wait for it.
         self.process = multiprocessing.get_context("spawn").Process(
             target=run_core_process,
             args=(
@@ -54,9 +59,10 @@ class MPCoreClient:
                 logging.getLogger().getEffectiveLevel(),
             ),
             name="pagoda-engine-core",
-            daemon=True,
+            daemon=False,
         )
         self.process.start()
+        atexit.register(_shutdown_at_exit, weakref.ref(self))
         self._poller = zmq.Poller()
         self._poller.register(self._output, zmq.POLLIN)
         self._poller.register(self.process.sentinel, zmq.POLLIN)
@@ -87,6 +93,10 @@ class MPCoreClient:
         return None
 
     def shutdown(self) -> None:
+        """Stop the core process and remove its sockets' folder; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
         if self.process.is_alive():
             with contextlib.suppress(EngineDeadError):
                 self._send(serial.encode_message(SHUTDOWN, None))
@@ -133,3 +143,9 @@ class MPCoreClient:
         if kind == serial.REFUSED:  # a setting the core rejected: the user's mistake
             raise ValueError(serial.decode_str(payload))
         raise RuntimeError(f"the engine core failed to start: {serial.decode_str(payload)}")
+
+
+def _shutdown_at_exit(client_ref: weakref.ref) -> None:
+    client = client_ref()
+    if client is not None:
+        client.shutdown()

@@ -159,11 +159,11 @@ def _api_key_check(settings: ServerSettings):
 
 
 def run_server(settings: ServerSettings, engine_config: EngineConfig) -> int:
-    """Serve until SIGTERM/SIGINT has drained the server; 0 then, 1 if the engine failed."""
+    """Serve until SIGTERM/SIGINT has drained the server (0), or the engine failed (1)."""
     from pagoda.engine.entrypoints.server import DrainingServer
 
     state = ServerState(settings, engine_config)
     server = DrainingServer(build_app(state), state)
     state.on_fatal = server.request_exit
     server.run()
-    return 1 if state.phase.value == "failed" else 0
+    return 1 if state.phase.value == "failed" or state.engine_died else 0

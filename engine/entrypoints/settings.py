@@ -22,6 +22,7 @@ class ServerSettings:
     max_waiting_requests: int
     request_timeout: float | None  # seconds; None: no limit
     drain_timeout: float  # seconds in-flight requests get after SIGTERM
+    dead_exit_delay: float  # seconds /health answers 503 after the engine dies, then exit 1
     engine_process: bool  # the engine core in its own process
     access_log: bool
     max_num_seqs: int
@@ -89,6 +90,12 @@ def _add_server_arguments(group) -> None:
         help="seconds in-flight requests get to finish after SIGTERM",
     )
     group.add_argument(
+        "--dead-exit-delay",
+        type=float,
+        default=5.0,
+        help="after the engine dies, seconds /health answers 503 before the server exits 1",
+    )
+    group.add_argument(
         "--engine-process",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -119,8 +126,8 @@ def server_settings(args: argparse.Namespace, max_model_len: int) -> ServerSetti
         raise ValueError(f"--port must be in 0..65535 (0: any free port), got {args.port}")
     if args.max_waiting_requests < 0:
         raise ValueError(f"--max-waiting-requests must be >= 0, got {args.max_waiting_requests}")
-    if args.request_timeout < 0 or args.drain_timeout < 0:
-        raise ValueError("--request-timeout and --drain-timeout must be >= 0")
+    if args.request_timeout < 0 or args.drain_timeout < 0 or args.dead_exit_delay < 0:
+        raise ValueError("--request-timeout, --drain-timeout and --dead-exit-delay must be >= 0")
     return ServerSettings(
         host=args.host,
         port=args.port,
@@ -130,6 +137,7 @@ def server_settings(args: argparse.Namespace, max_model_len: int) -> ServerSetti
         max_waiting_requests=args.max_waiting_requests,
         request_timeout=args.request_timeout or None,
         drain_timeout=args.drain_timeout,
+        dead_exit_delay=args.dead_exit_delay,
         engine_process=args.engine_process,
         access_log=args.access_log,
         max_num_seqs=args.max_num_seqs,

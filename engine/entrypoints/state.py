@@ -42,6 +42,7 @@ class ServerState:
         self.engine_config = engine_config
         self.on_fatal = on_fatal  # asks the HTTP server to exit (the engine failed to start)
         self.engine: AsyncLLM | None = None
+        self.engine_died = False  # then the server exits 1 so that the pod restarts
         self.phase = Phase.LOADING
         self.admission = Admission(settings.max_num_seqs + settings.max_waiting_requests)
         self.metrics = PrometheusStatLogger(
@@ -69,6 +70,22 @@ class ServerState:
         if self.phase is Phase.LOADING:  # not already draining
             self.phase = Phase.READY
         logger.info("ready to serve in %.1fs", time.monotonic() - started)
+        self._engine_watch = asyncio.ensure_future(self._exit_when_engine_dies(engine))
+
+    async def _exit_when_engine_dies(self, engine: AsyncLLM) -> None:
+        """A dead engine never recovers: answer 503 for a moment (so probes see why), then
+        exit non-zero so Kubernetes restarts the pod instead of it idling unhealthy."""
+        while engine.dead_error is None:
+            if not engine.is_running:
+                return  # shut down on purpose (drained)
+            await asyncio.sleep(0.25)
+        self.engine_died = True
+        delay = self.settings.dead_exit_delay
+        logger.error(
+            "the engine died: %s; /health answers 503, exiting 1 in %gs", engine.dead_error, delay
+        )
+        await asyncio.sleep(delay)
+        self.on_fatal()
 
     def begin_drain(self) -> None:
         logger.info("draining: refusing new requests, finishing %d", self.admission.num_requests)
