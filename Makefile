@@ -8,6 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH_VERSION := $(shell sed -n 's/^torch==//p' constraints.txt)
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 TINY_MODEL := .cache/tiny-llama
+PORT ?= 8000
 
 .PHONY: setup test lint format run clean generate
 
@@ -41,10 +42,14 @@ format: setup
 $(TINY_MODEL)/config.json: | setup
 	$(BIN)/pagoda make-tiny-model $(TINY_MODEL) --arch llama
 
+# Serves the tiny model over the OpenAI API on loopback; Ctrl-C drains and stops it.
 run: setup $(TINY_MODEL)/config.json
-	$(BIN)/pagoda generate $(TINY_MODEL) --max-tokens 32 \
-		--prompt "The paged KV cache lets a server" \
-		--prompt "Continuous batching means"
+	@echo "Serving $(TINY_MODEL) as 'tiny' on http://127.0.0.1:$(PORT). From another shell:"
+	@echo "  curl http://127.0.0.1:$(PORT)/v1/completions -H 'Content-Type: application/json' \\"
+	@echo "    -d '{\"model\": \"tiny\", \"prompt\": \"The paged KV cache lets a server\", \"max_tokens\": 32}'"
+	@echo "  curl http://127.0.0.1:$(PORT)/metrics"
+	OMP_NUM_THREADS=1 $(BIN)/pagoda serve $(TINY_MODEL) --host 127.0.0.1 --port $(PORT) \
+		--served-model-name tiny
 
 # The CRDs in crds/ and charts/pagoda/ come from the typed API in operator/api/;
 # tests/operator/test_generated.py fails when they are stale.

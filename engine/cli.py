@@ -1,4 +1,4 @@
-"""The engine's subcommands of `pagoda`: make-tiny-model and generate."""
+"""The engine's subcommands of `pagoda`: make-tiny-model, generate, serve and bench."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from pagoda.engine.benchmarks import cli as bench_cli
+    from pagoda.engine.entrypoints import cli as serve_cli
+
     tiny = subparsers.add_parser(
         "make-tiny-model",
         help="write a small random-weight Hugging Face checkpoint (no network needed)",
@@ -31,6 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     generate.add_argument("--seed", type=int, default=None, help="per-request sampling seed")
     add_engine_arguments(generate)
     generate.set_defaults(handler=_generate)
+    serve_cli.register(subparsers)
+    bench_cli.register(subparsers)
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
@@ -93,7 +98,11 @@ def _generate(args: argparse.Namespace) -> int:
     params = SamplingParams(
         max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed
     )
-    for output in llm.generate(prompts, params):
+    try:
+        outputs = llm.generate(prompts, params)
+    finally:
+        llm.shutdown()  # tensor-parallel workers, if any
+    for output in outputs:
         completion = output.outputs[0]
         print(
             f"--- {output.prompt!r} ({completion.finish_reason}, "

@@ -37,7 +37,11 @@ class EngineConfig:
     scheduling_policy: str = "fcfs"
     seed: int = 0
     attention_backend: str | None = None  # torch | triton; auto by device
-    tensor_parallel_size: int = 1
+    tensor_parallel_size: int = 1  # ranks (processes, one GPU each) the model is split over
+    # uni: the model runs in this process (N = 1 only); mp: ranks 1..N-1 in worker
+    # processes. Default: uni for N = 1, mp otherwise (mp with N = 1 tests the TP path).
+    distributed_executor_backend: str | None = None
+    worker_timeout_s: float = 60.0  # a silent worker is declared hung after this long
     prefix_cache_hash_seed: int | None = None  # None: random per engine
     load_format: str = "safetensors"  # or "dummy": random weights (benchmarks)
     enforce_eager: bool = False  # True: no CUDA graphs
@@ -52,6 +56,7 @@ class EngineConfig:
         config._check_basics()
         config.model_config = load_model_config(config.model)
         config.device = _resolve_device(config.device)
+        config._check_tensor_parallel()
         config.dtype = config._resolve_dtype()
         config.attention_backend = config._resolve_backend()
         config.max_model_len = config._resolve_max_model_len()
@@ -80,11 +85,14 @@ class EngineConfig:
     def _check_basics(self) -> None:
         if not Path(self.model).is_dir():
             raise FileNotFoundError(f"model folder {self.model} does not exist")
-        if self.tensor_parallel_size != 1:
+        _positive(self, "max_num_seqs", "block_size", "tensor_parallel_size")
+        if self.distributed_executor_backend not in (None, "uni", "mp"):
             raise ValueError(
-                f"tensor_parallel_size={self.tensor_parallel_size} is not supported yet; use 1"
+                "distributed_executor_backend must be 'uni' or 'mp', "
+                f"got {self.distributed_executor_backend!r}"
             )
-        _positive(self, "max_num_seqs", "block_size")
+        if not self.worker_timeout_s > 0:
+            raise ValueError(f"worker_timeout_s must be positive, got {self.worker_timeout_s}")
         if self.block_size & (self.block_size - 1):
             raise ValueError(f"block_size must be a power of two, got {self.block_size}")
         if not 0 < self.gpu_memory_utilization <= 1:
@@ -106,6 +114,46 @@ class EngineConfig:
         if self.scheduling_policy not in ("fcfs", "priority"):
             raise ValueError(
                 f"scheduling_policy must be 'fcfs' or 'priority', got {self.scheduling_policy!r}"
+            )
+
+    def _check_tensor_parallel(self) -> None:
+        """Every rank must get an equal share of heads and MLP columns, and a GPU."""
+        size, model = self.tensor_parallel_size, self.model_config
+        if self.distributed_executor_backend is None:
+            self.distributed_executor_backend = "uni" if size == 1 else "mp"
+        if self.distributed_executor_backend == "uni" and size > 1:
+            raise ValueError("distributed_executor_backend='uni' runs one rank: use 'mp'")
+        if size == 1:
+            return
+        kv_heads = model.num_kv_heads
+        problems = {
+            f"num_attention_heads ({model.num_heads})": model.num_heads % size,
+            f"intermediate_size ({model.intermediate_size})": model.intermediate_size % size,
+            f"num_key_value_heads ({kv_heads}) or be a multiple of it": kv_heads % size
+            and size % kv_heads,
+        }
+        for what, remainder in problems.items():
+            if remainder:
+                raise ValueError(
+                    f"tensor_parallel_size={size} must divide the model's {what} "
+                    f"(see {self.model}/config.json)"
+                )
+        self._check_gpus()
+
+    def _check_gpus(self) -> None:
+        if not self.device.startswith("cuda"):
+            return
+        size = self.tensor_parallel_size
+        if self.device != "cuda":
+            raise ValueError(
+                f"tensor_parallel_size={size} uses GPUs 0..{size - 1}: pass device='cuda', "
+                f"not {self.device!r} (choose GPUs with CUDA_VISIBLE_DEVICES)"
+            )
+        visible = torch.cuda.device_count()
+        if size > visible:
+            raise ValueError(
+                f"tensor_parallel_size={size} needs {size} GPUs, but {visible} "
+                f"{'is' if visible == 1 else 'are'} visible"
             )
 
     def _resolve_dtype(self) -> str:

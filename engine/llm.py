@@ -31,6 +31,10 @@ class LLM:
     def get_tokenizer(self):
         return self.engine.tokenizer
 
+    def shutdown(self) -> None:
+        """Stop the tensor-parallel worker processes now (they also stop at exit)."""
+        self.engine.shutdown()
+
     def generate(
         self,
         prompts,

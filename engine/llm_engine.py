@@ -1,41 +1,30 @@
 """The synchronous engine: input processing, the engine core and output processing.
 
-`LLM` drives it in a loop; `AsyncLLM` drives it from a background thread. Preparing a
-request (tokenize, validate) is side-effect free and may run in any thread; everything
-else belongs to the thread that calls `step()`.
+`LLM` drives it in a loop, all in the caller's thread (`AsyncLLM` instead runs the core
+in a thread or process of its own). Preparing a request (tokenize, validate) is
+side-effect free; everything else belongs to the thread that calls `step()`.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.core.engine_core import EngineCore
 from pagoda.engine.outputs import RequestOutput
-from pagoda.engine.processing.input_processor import InputProcessor, ProcessedPrompt, Prompt
+from pagoda.engine.processing.input_processor import InputProcessor, PreparedRequest, Prompt
 from pagoda.engine.processing.output_processor import OutputProcessor
 from pagoda.engine.processing.tokenizer import load_tokenizer
-from pagoda.engine.request import Request
 from pagoda.engine.sampling_params import SamplingParams
-
-
-@dataclass
-class PreparedRequest:
-    request_id: str
-    prompt: ProcessedPrompt
-    params: SamplingParams
-    core_requests: list[Request]
-    arrival_time: float
 
 
 class LLMEngine:
     def __init__(self, config: EngineConfig, tokenizer=None) -> None:
         self.config = config if config.model_config is not None else config.resolve()
         self.tokenizer = tokenizer or load_tokenizer(self.config.tokenizer)
-        self.input_processor = InputProcessor(self.config, self.tokenizer)
-        self.output_processor = OutputProcessor(self.tokenizer)
         self.core = EngineCore(self.config)
+        self.input_processor = InputProcessor(
+            self.config, self.tokenizer, self.core.kv_capacity_tokens
+        )
+        self.output_processor = OutputProcessor(self.tokenizer)
 
     def prepare(
         self,
@@ -46,15 +35,7 @@ class LLMEngine:
         cache_salt: str | None = None,
     ) -> PreparedRequest:
         """Tokenize and check a request; raises ValueError without touching any state."""
-        params = params or SamplingParams()
-        if not isinstance(params, SamplingParams):
-            raise ValueError(f"sampling params must be SamplingParams, got {type(params).__name__}")
-        processed = self.input_processor.process_prompt(prompt)
-        core_requests = self.input_processor.make_requests(
-            request_id, processed, params, priority, cache_salt
-        )
-        self.core.check_fits(core_requests[0])
-        return PreparedRequest(request_id, processed, params, core_requests, time.monotonic())
+        return self.input_processor.prepare(request_id, prompt, params, priority, cache_salt)
 
     def submit(self, prepared: PreparedRequest) -> None:
         if prepared.request_id in self.output_processor:
@@ -67,7 +48,6 @@ class LLMEngine:
             prepared.arrival_time,
         )
         for request in prepared.core_requests:
-            request.arrival_time = prepared.arrival_time
             self.core.add_request(request)
 
     def add_request(self, request_id: str, prompt: Prompt, params=None, **kwargs) -> None:
@@ -82,8 +62,11 @@ class LLMEngine:
     def has_unfinished_requests(self) -> bool:
         return len(self.output_processor) > 0 or self.core.has_unfinished_requests()
 
+    def shutdown(self) -> None:
+        self.core.shutdown()
+
     def step(self) -> list[RequestOutput]:
         processed = self.output_processor.process(self.core.step())
-        if processed.to_abort:
+        if processed.to_abort:  # stop strings finished them here
             self.core.abort_requests(processed.to_abort)
         return processed.request_outputs

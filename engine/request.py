@@ -6,6 +6,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from pagoda.engine.core.messages import EngineCoreRequest
 from pagoda.engine.sampling_params import SamplingParams
 
 
@@ -56,6 +57,21 @@ class Request:
     first_scheduled_time: float | None = None
     # Chained hashes of this request's full blocks, grown as tokens arrive (prefix cache).
     block_hashes: list[bytes] = field(default_factory=list)
+
+    @classmethod
+    def from_core_request(cls, request: EngineCoreRequest) -> Request:
+        return cls(
+            request_id=request.request_id,
+            prompt_token_ids=request.prompt_token_ids,
+            sampling_params=request.sampling_params,
+            eos_token_ids=request.eos_token_ids,
+            max_total_tokens=request.max_total_tokens,
+            arrival_time=request.arrival_time,
+            priority=request.priority,
+            lora_id=request.lora_id,
+            cache_salt=request.cache_salt,
+            share_group=request.share_group,
+        )
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 # Below this temperature sampling is greedy: dividing logits by ~0 would overflow.
 GREEDY_TEMPERATURE = 1e-5
 MAX_LOGPROBS = 20
+# Seeds and top_k become int64 tensors and torch generators: keep them in int64's range.
+MIN_INT64, MAX_INT64 = -(2**63), 2**63 - 1
 OUTPUT_KINDS = ("cumulative", "delta", "final_only")
 
 
@@ -62,7 +65,7 @@ class SamplingParams:
         )
         _check(_is_number(self.top_p) and 0 < self.top_p <= 1, "top_p", self.top_p, "in (0, 1]")
         _check(
-            isinstance(self.top_k, int) and self.top_k >= 0,
+            isinstance(self.top_k, int) and 0 <= self.top_k <= MAX_INT64,
             "top_k",
             self.top_k,
             "0 or -1 (off) or a positive integer",
@@ -106,7 +109,12 @@ class SamplingParams:
                 f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})"
             )
         if self.seed is not None:
-            _check(isinstance(self.seed, int), "seed", self.seed, "an integer")
+            _check(
+                isinstance(self.seed, int) and MIN_INT64 <= self.seed <= MAX_INT64,
+                "seed",
+                self.seed,
+                "a 64-bit signed integer",
+            )
 
     def _validate_stops(self, vocab_size: int | None) -> None:
         for stop in self.stop:
@@ -138,7 +146,13 @@ class SamplingParams:
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    """A finite int or float (NaN and infinities would poison the logits)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
 
 
 def _check(ok: bool, name: str, value: object, allowed: str) -> None:

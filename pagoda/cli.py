@@ -11,7 +11,6 @@ from collections.abc import Sequence
 def build_parser() -> argparse.ArgumentParser:
     from pagoda import __version__
     from pagoda.engine import cli as engine_cli
-    from pagoda.engine.benchmarks import cli as bench_cli
     from pagoda.operator import cli as operator_cli
 
     parser = argparse.ArgumentParser(prog="pagoda", description=__doc__)
@@ -19,7 +18,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     engine_cli.register(subparsers)
-    bench_cli.register(subparsers)
     operator_cli.register(subparsers)
     return parser
 
@@ -36,6 +34,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Bad input from the user: one clear line, no traceback.
         print(f"pagoda {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:
+        from pagoda.engine.executor import WorkerFailedError
+
+        if not isinstance(exc, WorkerFailedError):
+            raise
+        # A tensor-parallel worker died or hung: the log has the details, this says which.
+        print(f"pagoda {args.command}: error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,1 +1,1 @@
-"""`pagoda bench`: reproducible GPU benchmarks with the HF transformers peer in the same run."""
+"""`pagoda bench …`: serving load tests, and GPU workloads with the HF peer in the same run."""

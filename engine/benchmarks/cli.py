@@ -1,10 +1,12 @@
-"""`pagoda bench throughput|latency|prefix-reuse`: one command runs Pagoda and the HF peer.
+"""`pagoda bench`: serve (load-test any OpenAI-compatible server, like `vllm bench serve`)
+and the GPU workloads, where one command runs Pagoda and the HF peer on the same weights.
 
+    pagoda bench serve --base-url http://127.0.0.1:8000 --request-rate 8 --num-prompts 200
     pagoda bench throughput --num-prompts 1000 --hf-num-prompts 32
     pagoda bench latency
-    pagoda bench prefix-reuse --backend pagoda
+    pagoda bench prefix-reuse
 
-Each writes bench/results/<date>-<gpu>-<workload>.json (see results.py) and prints a table.
+The GPU workloads write bench/results/<date>-<gpu>-<workload>.json (see results.py).
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ logger = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    bench = subparsers.add_parser("bench", help="benchmarks (GPU workloads, HF peer)")
+    bench = subparsers.add_parser("bench", help="benchmarks: serving load, GPU workloads")
     workloads = bench.add_subparsers(dest="workload", required=True, metavar="WORKLOAD")
+    _register_serve(workloads)
 
     throughput = workloads.add_parser("throughput", help="many requests at once")
     _common(throughput)
@@ -49,6 +52,45 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     prefix.add_argument("--prefix-len", type=int, default=2000)
     prefix.add_argument("--suffix-len", type=int, default=16)
     prefix.set_defaults(handler=_prefix_reuse, backend="pagoda")
+
+
+def _register_serve(workloads: argparse._SubParsersAction) -> None:
+    serve = workloads.add_parser(
+        "serve",
+        help="send requests at a rate to an OpenAI-compatible server; report TTFT, TPOT, ITL",
+    )
+    serve.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8000")
+    serve.add_argument("--model", default=None, help="default: the server's first model")
+    serve.add_argument("--endpoint", default="/v1/completions")
+    serve.add_argument("--api-key", default=None)
+    serve.add_argument("--num-prompts", type=int, default=100)
+    serve.add_argument(
+        "--request-rate",
+        type=float,
+        default=float("inf"),
+        help="requests per second, Poisson arrivals (default inf: all at once)",
+    )
+    serve.add_argument("--max-concurrency", type=int, default=None)
+    serve.add_argument("--random-input-len", type=int, default=128, help="prompt words")
+    serve.add_argument("--random-output-len", type=int, default=128, help="max_tokens")
+    serve.add_argument(
+        "--random-range-ratio",
+        type=float,
+        default=0.0,
+        help="lengths drawn from [len*(1-r), len*(1+r)]; 0: fixed lengths",
+    )
+    serve.add_argument(
+        "--ignore-eos", action="store_true", help="send ignore_eos (vLLM's extra) for exact lengths"
+    )
+    serve.add_argument("--seed", type=int, default=0)
+    serve.add_argument("--result-file", default=None, help="write the report as JSON here")
+    serve.set_defaults(handler=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from pagoda.engine.benchmarks.serve import run_from_args
+
+    return run_from_args(args)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

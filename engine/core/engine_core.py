@@ -1,7 +1,8 @@
 """The engine core: scheduler + model runner, one step at a time.
 
 It knows token ids only; text lives in the frontend. `step()` schedules, runs the model
-and turns the sampled tokens into per-request outputs.
+on every tensor-parallel rank through the executor, and turns the sampled tokens into
+per-request outputs.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ import logging
 
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
-from pagoda.engine.core.messages import EngineCoreOutput
-from pagoda.engine.core.scheduler import Scheduler, SchedulerStats
+from pagoda.engine.core.messages import EngineCoreOutput, EngineCoreRequest, SchedulerStats
+from pagoda.engine.core.scheduler import Scheduler
 from pagoda.engine.request import Request
 
 logger = logging.getLogger(__name__)
@@ -19,13 +20,18 @@ logger = logging.getLogger(__name__)
 
 class EngineCore:
     def __init__(self, config: EngineConfig) -> None:
-        from pagoda.engine.runner.model_runner import ModelRunner
+        from pagoda.engine.executor import make_executor
 
         self.config = config
-        self.runner = ModelRunner(config)
-        num_blocks = self.runner.determine_num_blocks()
-        self.runner.init_kv_cache(num_blocks)
-        self.runner.capture_cuda_graphs()
+        self.executor = make_executor(config)
+        self.runner = self.executor.runner  # rank 0's, in this process
+        try:
+            num_blocks = self.executor.determine_num_blocks()
+            self.executor.init_kv_cache(num_blocks)
+            self.executor.capture_cuda_graphs()
+        except BaseException:
+            self.executor.shutdown()
+            raise
         self.kv_cache = KVCacheManager(
             num_blocks,
             config.block_size,
@@ -34,19 +40,16 @@ class EngineCore:
         )
         self.scheduler = Scheduler(config.scheduler_config(), self.kv_cache)
 
-    def add_request(self, request: Request) -> None:
-        self.check_fits(request)
-        self.scheduler.add_request(request)
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """Tokens the whole KV cache holds: no request may need more."""
+        return self.kv_cache.num_blocks * self.kv_cache.block_size
 
-    def check_fits(self, request: Request) -> None:
-        """Refuse a request that could not fit even if it had the whole KV cache."""
+    def add_request(self, request: EngineCoreRequest) -> None:
+        """Queue a request the frontend checked; ValueError (nothing queued) if it cannot fit."""
         if not self.kv_cache.can_fit(request.max_total_tokens):
-            raise ValueError(
-                f"request {request.request_id} may need {request.max_total_tokens} tokens of "
-                f"KV cache, but the whole cache holds "
-                f"{self.kv_cache.num_blocks * self.kv_cache.block_size}: lower max_tokens or "
-                "give the cache more memory"
-            )
+            raise ValueError(f"request {request.request_id} cannot fit the KV cache")
+        self.scheduler.add_request(Request.from_core_request(request))
 
     def abort_requests(self, request_ids: list[str]) -> list[EngineCoreOutput]:
         return self.scheduler.abort_requests(request_ids)
@@ -56,8 +59,12 @@ class EngineCore:
 
     def step(self) -> list[EngineCoreOutput]:
         scheduled = self.scheduler.schedule()
-        result = self.runner.execute(scheduled)
+        result = self.executor.execute(scheduled)
         return self.scheduler.update_from_output(scheduled, result)
 
     def stats(self) -> SchedulerStats:
         return self.scheduler.stats()
+
+    def shutdown(self) -> None:
+        """Stop the tensor-parallel workers, if any (idempotent)."""
+        self.executor.shutdown()

@@ -2,8 +2,9 @@
 
 The scheduler sends the runner a per-step diff: a request's prompt and sampling params
 once, then only its new blocks and how many tokens to compute. That keeps the message small
-and is what tensor-parallel workers will receive. Plain dataclasses of ints and strings,
-so they serialize cheaply for another process.
+and is what tensor-parallel workers will receive. The frontend sends the core
+`EngineCoreRequest`s and hears back `EngineCoreOutputs`, one batch per step. Plain
+dataclasses of ints and strings, so they serialize cheaply for another process.
 """
 
 from __future__ import annotations
@@ -11,6 +12,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pagoda.engine.sampling_params import SamplingParams
+
+
+@dataclass(slots=True)
+class EngineCoreRequest:
+    """One sequence for the core to generate, already tokenized and checked."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    eos_token_ids: frozenset[int]
+    max_total_tokens: int  # prompt + output cap, from max_tokens and max_model_len
+    arrival_time: float  # time.monotonic() in the frontend (system-wide on Linux)
+    priority: int = 0
+    lora_id: int | None = None
+    cache_salt: str | None = None
+    share_group: str | None = None  # the n samples of one prompt share its blocks
 
 
 @dataclass(slots=True)
@@ -81,7 +98,28 @@ class EngineCoreOutput:
     stop_reason: int | str | None = None
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
+    first_scheduled_time: float | None = None  # time.monotonic(): queue time for metrics
 
     @property
     def finished(self) -> bool:
         return self.finish_reason is not None
+
+
+@dataclass(slots=True)
+class SchedulerStats:
+    """Scheduler gauges and running totals, as of the end of one step."""
+
+    num_running: int
+    num_waiting: int
+    kv_cache_usage: float  # 0..1
+    num_preemptions_total: int
+    prefix_cache_queries_total: int  # tokens
+    prefix_cache_hits_total: int  # tokens
+
+
+@dataclass(slots=True)
+class EngineCoreOutputs:
+    """One step's outputs (or, with none, a stats update after aborts while idle)."""
+
+    outputs: list[EngineCoreOutput]
+    stats: SchedulerStats

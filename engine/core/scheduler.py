@@ -19,6 +19,7 @@ from pagoda.engine.core.messages import (
     ModelRunnerOutput,
     NewRequestData,
     SchedulerOutput,
+    SchedulerStats,
 )
 from pagoda.engine.core.request_queue import make_request_queue
 from pagoda.engine.request import Request, RequestStatus
@@ -40,16 +41,6 @@ class SchedulerConfig:
             raise ValueError(
                 f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}"
             )
-
-
-@dataclass
-class SchedulerStats:
-    num_running: int
-    num_waiting: int
-    kv_cache_usage: float
-    num_preemptions_total: int
-    prefix_cache_queries_total: int
-    prefix_cache_hits_total: int
 
 
 class Scheduler:
@@ -233,6 +224,7 @@ class Scheduler:
             stop_reason=request.stop_reason,
             num_prompt_tokens=request.num_prompt_tokens,
             num_cached_tokens=request.num_cached_prompt_tokens,
+            first_scheduled_time=request.first_scheduled_time,
         )
 
     def stats(self) -> SchedulerStats:

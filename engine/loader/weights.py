@@ -1,7 +1,8 @@
 """Load safetensors checkpoints (one file or sharded) into a model, checking every tensor.
 
 A missing, truncated or mismatched file is a ValueError/FileNotFoundError that names the
-file and the tensor, never a half-loaded model.
+file and the tensor, never a half-loaded model. Tensors are read lazily: each parameter's
+`weight_loader` (layers/linear.py, layers/embedding.py) reads only its rank's part.
 """
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from pagoda.engine.layers.linear import MergedLinear
 from pagoda.engine.loader.hf_config import read_json
+from pagoda.engine.loader.sources import TensorSource, copy_part
 
 logger = logging.getLogger(__name__)
 
@@ -45,23 +46,24 @@ def checkpoint_files(model_dir: Path) -> list[Path]:
     return files
 
 
-def iterate_tensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
+def iterate_tensors(files: list[Path]) -> Iterator[tuple[str, TensorSource]]:
+    """(name, lazy slice) for every tensor: nothing is read until a loader indexes it."""
     for path in files:
         try:
             with safe_open(str(path), framework="pt") as handle:
                 for name in handle.keys():  # noqa: SIM118 - safe_open is not a dict
-                    yield name, handle.get_tensor(name)
+                    yield name, handle.get_slice(name)
         except (SafetensorError, OSError) as exc:
             raise ValueError(f"cannot read {path}: {exc} (truncated or corrupt file?)") from exc
 
 
 def load_named_tensors(
     model: nn.Module,
-    named_tensors: Iterable[tuple[str, torch.Tensor]],
-    dtype: torch.dtype,
+    named_tensors: Iterable[tuple[str, TensorSource]],
     source: str | Path,
 ) -> None:
-    """Copy checkpoint-named tensors into `model`; fail on anything missing or misshapen.
+    """Copy checkpoint-named tensors into `model` (cast to its dtype); fail on anything
+    missing or misshapen.
 
     `named_tensors` comes from safetensors files or from another model's parameters (the
     benchmark hands transformers' weights over, so both run the same weights).
@@ -77,7 +79,15 @@ def load_named_tensors(
         if target not in params:
             logger.warning("ignoring checkpoint tensor %s: the model has no such parameter", name)
             continue
-        _copy(model, params[target], target, shard, name, tensor.to(dtype))
+        param = params[target]
+        loader = getattr(param, "weight_loader", None)
+        try:
+            if loader is not None:
+                loader(param, tensor, name, shard)
+            else:  # replicated: norms and the like
+                copy_part(param.data, tensor, name, tuple(param.shape))
+        except (SafetensorError, OSError) as exc:
+            raise ValueError(f"cannot read {name} from {source}: {exc}") from exc
         pending.discard((target, shard))
     if pending:
         missing = sorted(
@@ -107,23 +117,3 @@ def _expected_pieces(model: nn.Module, params: dict) -> set[tuple[str, int | Non
         else:
             pieces.add((name, None))
     return pieces
-
-
-def _copy(
-    model: nn.Module,
-    param: torch.Tensor,
-    target: str,
-    shard: int | None,
-    source: str,
-    tensor: torch.Tensor,
-) -> None:
-    destination = param.data
-    if shard is not None:
-        module = model.get_submodule(target.rsplit(".", 1)[0])
-        destination = destination[module.shard_rows(shard)]
-    if destination.shape != tensor.shape:
-        raise ValueError(
-            f"checkpoint tensor {source} has shape {list(tensor.shape)}, but the model "
-            f"config implies {list(destination.shape)}: config.json and weights disagree"
-        )
-    destination.copy_(tensor)

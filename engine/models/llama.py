@@ -2,6 +2,8 @@
 
 Differences come from the config: Qwen2 has q/k/v biases, Mistral may have a sliding
 window, Llama 3.1 scales its rotary frequencies. Qwen3 adds q/k norms (qwen3.py).
+Tensor-parallel as Megatron: q/k/v and gate/up split by columns, o and down by rows (one
+all-reduce each), vocab-parallel embedding and head; each rank runs its share of the heads.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pagoda.engine.distributed.parallel import SINGLE, TensorParallel, num_kv_heads_per_rank
 from pagoda.engine.layers.attention import Attention
 from pagoda.engine.layers.attention_metadata import AttentionMetadata
-from pagoda.engine.layers.linear import Linear, MergedLinear
+from pagoda.engine.layers.embedding import VocabParallelEmbedding
+from pagoda.engine.layers.linear import MergedLinear, RowParallelLinear
 from pagoda.engine.layers.norm import RMSNorm
 from pagoda.engine.layers.rotary import RotaryEmbedding
 from pagoda.engine.loader.hf_config import ModelConfig
@@ -23,16 +27,24 @@ from pagoda.engine.loader.hf_config import ModelConfig
 class LlamaAttention(nn.Module):
     use_triton = False  # the GPU path fuses rope, q/k norm and the cache write
 
-    def __init__(self, config: ModelConfig, rotary: RotaryEmbedding, qk_norm: bool) -> None:
+    def __init__(
+        self, config: ModelConfig, rotary: RotaryEmbedding, qk_norm: bool, tp: TensorParallel
+    ) -> None:
         super().__init__()
-        self.num_heads, self.num_kv_heads = config.num_heads, config.num_kv_heads
+        # This rank's heads: a 1/N share of the queries, of the KV heads (or one of them).
+        self.num_heads = config.num_heads // tp.size
+        self.num_kv_heads = num_kv_heads_per_rank(config.num_kv_heads, tp.size)
         self.head_dim = config.head_dim
-        q_size = self.num_heads * self.head_dim
-        kv_size = self.num_kv_heads * self.head_dim
+        q_size = config.num_heads * self.head_dim
+        kv_size = config.num_kv_heads * self.head_dim
+        kv_partition = tp.kv_partition(config.num_kv_heads)
         self.qkv_proj = MergedLinear(
-            config.hidden_size, [q_size, kv_size, kv_size], bias=config.attention_bias
+            config.hidden_size,
+            [q_size, kv_size, kv_size],
+            bias=config.attention_bias,
+            partitions=[tp.partition, kv_partition, kv_partition],
         )
-        self.o_proj = Linear(q_size, config.hidden_size)
+        self.o_proj = RowParallelLinear(q_size, config.hidden_size, tp=tp)
         self.rotary = rotary
         self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if qk_norm else None
@@ -80,11 +92,13 @@ class LlamaAttention(nn.Module):
 class LlamaMLP(nn.Module):
     use_triton = False  # the GPU path fuses the activation
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, tp: TensorParallel) -> None:
         super().__init__()
         size = config.intermediate_size
-        self.gate_up_proj = MergedLinear(config.hidden_size, [size, size])
-        self.down_proj = Linear(size, config.hidden_size)
+        self.gate_up_proj = MergedLinear(
+            config.hidden_size, [size, size], partitions=[tp.partition, tp.partition]
+        )
+        self.down_proj = RowParallelLinear(size, config.hidden_size, tp=tp)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate_up = self.gate_up_proj(x)
@@ -97,10 +111,12 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, rotary: RotaryEmbedding, qk_norm: bool) -> None:
+    def __init__(
+        self, config: ModelConfig, rotary: RotaryEmbedding, qk_norm: bool, tp: TensorParallel
+    ) -> None:
         super().__init__()
-        self.self_attn = LlamaAttention(config, rotary, qk_norm)
-        self.mlp = LlamaMLP(config)
+        self.self_attn = LlamaAttention(config, rotary, qk_norm, tp)
+        self.mlp = LlamaMLP(config, tp)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -122,15 +138,16 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, config: ModelConfig, max_positions: int, qk_norm: bool) -> None:
+    def __init__(
+        self, config: ModelConfig, max_positions: int, qk_norm: bool, tp: TensorParallel
+    ) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.embed_tokens.weight.requires_grad_(False)
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, tp)
         rotary = RotaryEmbedding(
             config.head_dim, max_positions, config.rope_theta, config.rope_scaling
         )
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(config, rotary, qk_norm) for _ in range(config.num_layers)
+            LlamaDecoderLayer(config, rotary, qk_norm, tp) for _ in range(config.num_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -156,12 +173,16 @@ class LlamaForCausalLM(nn.Module):
     }
     qk_norm = False
 
-    def __init__(self, config: ModelConfig, max_positions: int) -> None:
+    def __init__(
+        self, config: ModelConfig, max_positions: int, tp: TensorParallel = SINGLE
+    ) -> None:
         super().__init__()
         self.config = config
-        self.model = LlamaModel(config, max_positions, self.qk_norm)
+        self.model = LlamaModel(config, max_positions, self.qk_norm, tp)
         self.lm_head = (
-            None if config.tie_word_embeddings else Linear(config.hidden_size, config.vocab_size)
+            None
+            if config.tie_word_embeddings
+            else VocabParallelEmbedding(config.vocab_size, config.hidden_size, tp)
         )
 
     def forward(
@@ -170,6 +191,6 @@ class LlamaForCausalLM(nn.Module):
         return self.model(input_ids, positions, meta)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[num_rows, hidden] → fp32 [num_rows, vocab]."""
-        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, weight).float()
+        """[num_rows, hidden] → fp32 [num_rows, vocab], gathered from every rank."""
+        head = self.model.embed_tokens if self.lm_head is None else self.lm_head
+        return head.logits(hidden)

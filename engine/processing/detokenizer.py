@@ -23,6 +23,7 @@ class IncrementalDetokenizer:
     ) -> None:
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
+        self._special_ids = special_token_ids(tokenizer)
         self.context_ids = prompt_token_ids[-_INITIAL_CONTEXT:]
         self.tokens: list[str] = self._to_tokens(self.context_ids)
         self.prefix_offset = 0
@@ -37,25 +38,35 @@ class IncrementalDetokenizer:
         return "".join(added)
 
     def decode_all(self, token_ids: list[int]) -> str:
-        """The whole text at once, as update() + flush() would give it, in two decodes.
+        """The whole text at once, exactly as update() + flush() would give it.
 
         For requests that want only the final text and have no stop strings: no work per
-        step, and the Rust decoder does it in one pass.
+        step. Text that decodes cleanly comes from two Rust decodes; text with invalid
+        byte sequences (U+FFFD) takes the token-by-token path, because decoders group
+        invalid bytes differently when they see them in windows, and streamed and
+        non-streamed text must agree.
         """
         vocab = len(self.tokenizer)
         context = [t for t in self.context_ids if t < vocab]
         ids = [t for t in token_ids if t < vocab]  # as _to_tokens: padded rows decode to ""
         skip = self.skip_special_tokens
         full = self.tokenizer.decode(context + ids, skip_special_tokens=skip)
-        return full[len(self.tokenizer.decode(context, skip_special_tokens=skip)) :]
+        text = full[len(self.tokenizer.decode(context, skip_special_tokens=skip)) :]
+        if _REPLACEMENT_CHAR not in text:
+            return text
+        fresh = IncrementalDetokenizer(self.tokenizer, self.context_ids, skip)
+        return fresh.update(token_ids) + fresh.flush()
 
     def _to_tokens(self, token_ids: list[int]) -> list[str]:
         # Models often have more embedding rows than the tokenizer has tokens (padding
         # for fast matmuls); an id past the tokenizer's vocabulary decodes to nothing.
-        tokens = self.tokenizer.convert_ids_to_tokens(
-            token_ids, skip_special_tokens=self.skip_special_tokens
-        )
-        return [token for token in tokens if token is not None]
+        tokens = self.tokenizer.convert_ids_to_tokens(token_ids)
+        skipped = self._special_ids if self.skip_special_tokens else ()
+        return [
+            token
+            for token_id, token in zip(token_ids, tokens, strict=True)
+            if token is not None and token_id not in skipped
+        ]
 
     def flush(self) -> str:
         """At the end: whatever is still held back (an incomplete character shows as U+FFFD)."""
@@ -73,6 +84,19 @@ class IncrementalDetokenizer:
             return ""  # nothing new yet, or a character still incomplete
         self.prefix_offset, self.read_offset = self.read_offset, len(self.tokens)
         return full_text[len(prefix_text) :]
+
+
+def special_token_ids(tokenizer) -> frozenset[int]:
+    """Every id decode(skip_special_tokens=True) drops: the named special tokens and every
+    added token flagged special (transformers' convert_ids_to_tokens misses the latter)."""
+    cached = getattr(tokenizer, "_pagoda_special_ids", None)
+    if cached is None:
+        added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+        cached = frozenset(tokenizer.all_special_ids) | frozenset(
+            token_id for token_id, token in added.items() if getattr(token, "special", False)
+        )
+        tokenizer._pagoda_special_ids = cached
+    return cached
 
 
 def find_stop_string(

@@ -6,10 +6,11 @@ ValueError that says what to fix; the engine never sees a bad request.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from pagoda.engine.config import EngineConfig
-from pagoda.engine.request import Request
+from pagoda.engine.core.messages import EngineCoreRequest
 from pagoda.engine.sampling_params import SamplingParams
 
 Prompt = str | list[int] | dict
@@ -21,12 +22,53 @@ class ProcessedPrompt:
     token_ids: list[int]
 
 
+@dataclass
+class PreparedRequest:
+    """A checked, tokenized request: what the frontend tracks and the core requests."""
+
+    request_id: str
+    prompt: ProcessedPrompt
+    params: SamplingParams
+    core_requests: list[EngineCoreRequest]
+    arrival_time: float
+
+
 class InputProcessor:
-    def __init__(self, config: EngineConfig, tokenizer) -> None:
+    def __init__(self, config: EngineConfig, tokenizer, kv_capacity_tokens: int) -> None:
         self.config = config
         self.tokenizer = tokenizer
         self.vocab_size = config.model_config.vocab_size
         self.eos_token_ids = config.model_config.eos_token_ids
+        self.kv_capacity_tokens = kv_capacity_tokens  # what the whole KV cache holds
+
+    def prepare(
+        self,
+        request_id: str,
+        prompt: Prompt,
+        params: SamplingParams | None = None,
+        priority: int = 0,
+        cache_salt: str | None = None,
+    ) -> PreparedRequest:
+        """Tokenize and check a request; raises ValueError without touching any state."""
+        params = params or SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"sampling params must be SamplingParams, got {type(params).__name__}")
+        processed = self.process_prompt(prompt)
+        arrival_time = time.monotonic()
+        core_requests = self.make_requests(
+            request_id, processed, params, priority, cache_salt, arrival_time
+        )
+        self._check_fits(core_requests[0])
+        return PreparedRequest(request_id, processed, params, core_requests, arrival_time)
+
+    def _check_fits(self, request: EngineCoreRequest) -> None:
+        """Refuse a request that could not fit even if it had the whole KV cache."""
+        if request.max_total_tokens > self.kv_capacity_tokens:
+            raise ValueError(
+                f"request {request.request_id} may need {request.max_total_tokens} tokens of "
+                f"KV cache, but the whole cache holds {self.kv_capacity_tokens}: lower "
+                "max_tokens or give the cache more memory"
+            )
 
     def process_prompt(self, prompt: Prompt) -> ProcessedPrompt:
         if isinstance(prompt, dict):
@@ -67,7 +109,8 @@ class InputProcessor:
         params: SamplingParams,
         priority: int = 0,
         cache_salt: str | None = None,
-    ) -> list[Request]:
+        arrival_time: float = 0.0,
+    ) -> list[EngineCoreRequest]:
         """One core request per sample (n of them), sharing the prompt's KV blocks."""
         if not isinstance(request_id, str) or not request_id:
             raise ValueError("request_id must be a non-empty string")
@@ -80,12 +123,13 @@ class InputProcessor:
                 (child_request_id(request_id, i), params.for_child(i)) for i in range(params.n)
             ]
         return [
-            Request(
+            EngineCoreRequest(
                 request_id=child_id,
                 prompt_token_ids=prompt.token_ids,
                 sampling_params=child_params,
                 eos_token_ids=self.eos_token_ids,
                 max_total_tokens=max_total,
+                arrival_time=arrival_time,
                 priority=priority,
                 cache_salt=cache_salt,
                 share_group=request_id if params.n > 1 else None,

@@ -14,6 +14,7 @@ from pagoda.engine.core.messages import EngineCoreOutput, Logprobs
 from pagoda.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from pagoda.engine.processing.detokenizer import IncrementalDetokenizer, find_stop_string
 from pagoda.engine.processing.input_processor import ProcessedPrompt
+from pagoda.engine.processing.stats import IterationStats, SampleTimes
 from pagoda.engine.sampling_params import SamplingParams
 
 
@@ -21,6 +22,7 @@ from pagoda.engine.sampling_params import SamplingParams
 class _Sample:
     index: int
     detokenizer: IncrementalDetokenizer
+    times: SampleTimes
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[Logprobs] | None = None
     text: str = ""
@@ -53,10 +55,19 @@ class ProcessedOutputs:
 
 
 class OutputProcessor:
-    def __init__(self, tokenizer) -> None:
+    def __init__(self, tokenizer, log_stats: bool = False) -> None:
         self.tokenizer = tokenizer
         self._requests: dict[str, _Request] = {}
         self._children: dict[str, tuple[_Request, _Sample]] = {}
+        # Gathered until take_stats(); off unless someone takes them (else they pile up).
+        self._stats: IterationStats | None = IterationStats() if log_stats else None
+
+    def take_stats(self) -> IterationStats | None:
+        """The stats recorded since the last call (None when stats are off)."""
+        stats = self._stats
+        if stats is not None:
+            self._stats = IterationStats()
+        return stats
 
     def __contains__(self, request_id: str) -> bool:
         return request_id in self._requests
@@ -72,17 +83,19 @@ class OutputProcessor:
         child_ids: list[str],
         arrival_time: float | None = None,
     ) -> None:
+        arrival_time = arrival_time or time.monotonic()
         samples = [
             _Sample(
                 i,
                 IncrementalDetokenizer(
                     self.tokenizer, prompt.token_ids, params.skip_special_tokens
                 ),
+                SampleTimes(arrival_time),
                 logprobs=[] if params.logprobs is not None else None,
             )
             for i in range(len(child_ids))
         ]
-        metrics = RequestMetrics(arrival_time or time.monotonic())
+        metrics = RequestMetrics(arrival_time)
         request = _Request(request_id, prompt, params, samples, child_ids, metrics)
         self._requests[request_id] = request
         for child_id, sample in zip(child_ids, samples, strict=True):
@@ -94,10 +107,12 @@ class OutputProcessor:
         if request is None:
             return [], None
         running = [child_id for child_id in request.child_ids if child_id in self._children]
+        now = time.monotonic()
         for child_id in running:
             _, sample = self._children.pop(child_id)
             sample.finish_reason = "abort"
-        request.metrics.finished_time = time.monotonic()
+            self._record_finished(request, sample, now)
+        request.metrics.finished_time = now
         return running, self._make_output(request)
 
     def process(self, core_outputs: list[EngineCoreOutput]) -> ProcessedOutputs:
@@ -112,10 +127,12 @@ class OutputProcessor:
             request.num_cached_tokens = core_output.num_cached_tokens
             if core_output.new_token_ids and request.metrics.first_token_time is None:
                 request.metrics.first_token_time = now
+            self._record_tokens(request, sample, core_output, now)
             if self._update_sample(request, sample, core_output):
                 result.to_abort.append(core_output.request_id)
             if sample.finish_reason is not None:
                 del self._children[core_output.request_id]
+                self._record_finished(request, sample, now)
             touched[request.request_id] = request
         for request in touched.values():
             if request.finished:
@@ -125,6 +142,23 @@ class OutputProcessor:
             if output is not None:
                 result.request_outputs.append(output)
         return result
+
+    def _record_tokens(
+        self, request: _Request, sample: _Sample, out: EngineCoreOutput, now: float
+    ) -> None:
+        if self._stats is None:
+            return
+        if sample.times.first_scheduled_time is None:
+            sample.times.first_scheduled_time = out.first_scheduled_time
+        num_prompt = len(request.prompt.token_ids)
+        self._stats.record_tokens(sample.times, len(out.new_token_ids), num_prompt, now)
+
+    def _record_finished(self, request: _Request, sample: _Sample, now: float) -> None:
+        if self._stats is not None:
+            num_prompt = len(request.prompt.token_ids)
+            self._stats.record_finished(
+                sample.times, sample.finish_reason, num_prompt, len(sample.token_ids), now
+            )
 
     def _update_sample(self, request: _Request, sample: _Sample, out: EngineCoreOutput) -> bool:
         """Apply one core output; True if a stop string finished the sample here."""

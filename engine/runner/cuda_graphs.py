@@ -4,7 +4,9 @@ A decode step of a large model is hundreds of small kernel launches; replaying a
 graph removes their launch cost, which at batch 1 is most of the step. Graphs are
 captured over the fixed input buffers (buffers.py) for sizes up to `max_num_seqs`, largest
 first so they share one memory pool; a batch is padded up to the next captured size.
-Batches that are not decode-only, or larger than every graph, run eagerly.
+Batches that are not decode-only, or larger than every graph, run eagerly. Under tensor
+parallelism the graphs hold the NCCL collectives too: every rank captures the same sizes
+in the same order (the executor calls them together) and replays the same bucket each step.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import time
 import numpy as np
 import torch
 
-from pagoda.engine.kernels.triton_decode import choose_num_splits
 from pagoda.engine.runner.input_batch import HostBatch
 
 logger = logging.getLogger(__name__)
@@ -28,14 +29,16 @@ def graph_sizes(max_num_seqs: int) -> list[int]:
 
 
 class DecodeGraphs:
-    def __init__(self, runner) -> None:
+    def __init__(self, runner, num_kv_heads: int) -> None:
         self.runner = runner
         self.sizes: list[int] = []
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}
-        self.num_kv_heads = runner.model_config.num_kv_heads
+        self.num_kv_heads = num_kv_heads  # this rank's
 
     def num_splits(self, size: int) -> int:
+        from pagoda.engine.kernels.triton_decode import choose_num_splits  # CUDA only
+
         return choose_num_splits(size, self.num_kv_heads)
 
     def bucket(self, batch: HostBatch) -> int | None:

@@ -2,7 +2,9 @@
 
 On a GPU the answer comes from a profiling pass: after the weights load and one forward of
 a full token budget runs, what is left of `gpu_memory_utilization` × total memory holds
-the cache. On a CPU it is an explicit byte budget.
+the cache. On a CPU it is an explicit byte budget. Both are per rank: under tensor
+parallelism each rank caches only its KV heads, and every rank gets the same block count
+(the executor takes the smallest any rank can hold).
 """
 
 from __future__ import annotations
@@ -12,11 +14,17 @@ import logging
 import torch
 
 from pagoda.engine.config import DEFAULT_CPU_KV_CACHE_BYTES, EngineConfig
+from pagoda.engine.distributed.parallel import num_kv_heads_per_rank
 
 logger = logging.getLogger(__name__)
 
 
+def kv_heads_per_rank(config: EngineConfig) -> int:
+    return num_kv_heads_per_rank(config.model_config.num_kv_heads, config.tensor_parallel_size)
+
+
 def bytes_per_block(config: EngineConfig) -> int:
+    """One block on one rank."""
     model = config.model_config
     element_size = torch.tensor([], dtype=config.torch_dtype).element_size()
     # K and V, every layer, every slot of the block.
@@ -24,7 +32,7 @@ def bytes_per_block(config: EngineConfig) -> int:
         2
         * model.num_layers
         * config.block_size
-        * model.num_kv_heads
+        * kv_heads_per_rank(config)
         * model.head_dim
         * (element_size)
     )
@@ -45,9 +53,10 @@ def cpu_num_blocks(config: EngineConfig) -> int:
 GRAPH_MEMORY_RESERVE = 1 << 30
 
 
-def gpu_num_blocks(config: EngineConfig, peak_bytes_in_use: int, reserve: int = 0) -> int:
-    """Blocks that fit in what the profile run left of the memory budget."""
-    device = torch.device(config.device)
+def gpu_num_blocks(
+    config: EngineConfig, device: torch.device, peak_bytes_in_use: int, reserve: int = 0
+) -> int:
+    """Blocks that fit in what the profile run left of the memory budget on `device`."""
     free, total = torch.cuda.mem_get_info(device)
     # Memory torch's allocator does not hold (CUDA context, NCCL, other processes) is
     # taken as spoken for.
@@ -74,10 +83,11 @@ def check_fits_one_sequence(config: EngineConfig, num_blocks: int) -> None:
         )
 
 
-def allocate_kv_caches(config: EngineConfig, num_blocks: int) -> list[torch.Tensor]:
+def allocate_kv_caches(
+    config: EngineConfig, num_blocks: int, device: torch.device
+) -> list[torch.Tensor]:
     model = config.model_config
-    shape = (2, num_blocks, config.block_size, model.num_kv_heads, model.head_dim)
+    shape = (2, num_blocks, config.block_size, kv_heads_per_rank(config), model.head_dim)
     return [
-        torch.zeros(shape, dtype=config.torch_dtype, device=config.device)
-        for _ in range(model.num_layers)
+        torch.zeros(shape, dtype=config.torch_dtype, device=device) for _ in range(model.num_layers)
     ]

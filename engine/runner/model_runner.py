@@ -5,6 +5,10 @@ forward over a flattened ragged batch, then samples the next token of every sequ
 caught up with its known tokens. On a GPU, decode steps replay captured CUDA graphs.
 Inputs for a step are staged on the host and copied asynchronously; the only wait per
 step is for the sampled token ids.
+
+With tensor parallelism every rank runs a ModelRunner over its share of the weights and
+the same scheduler steps; only the driver (rank 0) samples, and the others learn its
+tokens from the next step's message (`append_sampled`).
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ import torch
 
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.core.messages import ModelRunnerOutput, NewRequestData, SchedulerOutput
+from pagoda.engine.distributed.parallel import SINGLE, TensorParallel, num_kv_heads_per_rank
 from pagoda.engine.layers.attention import Attention, make_backend
 from pagoda.engine.layers.sampler import Sampler
+from pagoda.engine.loader.sources import TensorSource
 from pagoda.engine.loader.weights import checkpoint_files, iterate_tensors, load_named_tensors
 from pagoda.engine.models.registry import model_class
 from pagoda.engine.runner import kv_cache
@@ -48,10 +54,13 @@ def _default_dtype(dtype: torch.dtype):
 
 
 class ModelRunner:
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, tp: TensorParallel = SINGLE) -> None:
         self.config = config
         self.model_config = config.model_config
-        self.device = torch.device(config.device)
+        self.tp = tp
+        self.device = rank_device(config, tp.rank)
+        self.num_heads = self.model_config.num_heads // tp.size  # this rank's share
+        self.num_kv_heads = num_kv_heads_per_rank(self.model_config.num_kv_heads, tp.size)
         self.requests: dict[str, RequestState] = {}
         self.model = self._build_model()
         if config.load_format == "safetensors":
@@ -65,7 +74,7 @@ class ModelRunner:
     def _build_model(self) -> torch.nn.Module:
         cls = model_class(self.model_config.architecture)
         with _default_dtype(self.config.torch_dtype), self.device:
-            model = cls(self.model_config, self.config.max_model_len)
+            model = cls(self.model_config, self.config.max_model_len, self.tp)
         if self.config.load_format == "dummy":
             _randomize(model)
         backend = self._attention_backend()
@@ -82,45 +91,51 @@ class ModelRunner:
         if self.config.attention_backend == "triton" and self.device.type == "cuda":
             from pagoda.engine.kernels.triton_decode import DecodeWorkspace
 
-            model = self.model_config
             workspace = DecodeWorkspace(
                 max(graph_sizes(self.config.max_num_seqs)[-1], self.config.max_num_seqs),
-                model.num_heads,
-                model.head_dim,
+                self.num_heads,
+                self.model_config.head_dim,
                 16,
                 self.device,
             )
         return make_backend(self.config.attention_backend, workspace)
 
-    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def load_weights(self, named_tensors: Iterable[tuple[str, TensorSource]]) -> None:
         """Copy checkpoint-named tensors into the model (from files, or another model)."""
         started = time.perf_counter()
-        load_named_tensors(self.model, named_tensors, self.config.torch_dtype, self.config.model)
+        load_named_tensors(self.model, named_tensors, self.config.model)
         logger.info(
-            "loaded %s weights (%s, %s) in %.1fs",
+            "loaded %s weights (%s, %s, %.1f MiB on rank %d of %d) in %.1fs",
             self.model_config.architecture,
             self.config.dtype,
-            self.config.device,
+            self.device,
+            self.num_parameter_bytes() / 2**20,
+            self.tp.rank,
+            self.tp.size,
             time.perf_counter() - started,
         )
+
+    def num_parameter_bytes(self) -> int:
+        """Bytes of this rank's weights (about 1/N of the model's under tensor parallelism)."""
+        return sum(p.numel() * p.element_size() for p in self.model.parameters())
 
     # -- KV cache and graphs ---------------------------------------------------------
 
     def determine_num_blocks(self) -> int:
+        """Blocks this rank could hold; the executor takes the smallest over the ranks."""
         if self.config.num_kv_blocks is not None:
             # An exact count (tests, tuning): requests that cannot fit it are refused.
             return self.config.num_kv_blocks
         if self.device.type == "cuda":
             reserve = 0 if self.config.enforce_eager else kv_cache.GRAPH_MEMORY_RESERVE
-            num_blocks = kv_cache.gpu_num_blocks(self.config, self._profile_peak_memory(), reserve)
-        else:
-            num_blocks = kv_cache.cpu_num_blocks(self.config)
-        kv_cache.check_fits_one_sequence(self.config, num_blocks)
-        return num_blocks
+            return kv_cache.gpu_num_blocks(
+                self.config, self.device, self._profile_peak_memory(), reserve
+            )
+        return kv_cache.cpu_num_blocks(self.config)
 
     def init_kv_cache(self, num_blocks: int) -> None:
         """Allocate the cache (plus one scratch block for padding rows) and bind it."""
-        self.kv_caches = kv_cache.allocate_kv_caches(self.config, num_blocks + 1)
+        self.kv_caches = kv_cache.allocate_kv_caches(self.config, num_blocks + 1, self.device)
         layers = [m for m in self.model.modules() if isinstance(m, Attention)]
         for layer, cache in zip(layers, self.kv_caches, strict=True):
             layer.kv_cache = cache
@@ -143,7 +158,7 @@ class ModelRunner:
     def capture_cuda_graphs(self) -> None:
         if self.device.type != "cuda" or self.config.enforce_eager:
             return
-        self.graphs = DecodeGraphs(self)
+        self.graphs = DecodeGraphs(self, self.num_kv_heads)
         self.graphs.capture(graph_sizes(self.config.max_num_seqs))
 
     @torch.inference_mode()
@@ -188,21 +203,29 @@ class ModelRunner:
         hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta)
         return self.model.compute_logits(hidden)
 
+    def append_sampled(self, sampled_token_ids: dict[str, int]) -> None:
+        """A worker rank learns the tokens the driver sampled in the previous step."""
+        for request_id, token_id in sampled_token_ids.items():
+            state = self.requests.get(request_id)
+            if state is not None:
+                state.token_ids.append(token_id)
+
     @torch.inference_mode()
     def execute(self, scheduled: SchedulerOutput) -> ModelRunnerOutput:
         self._update_states(scheduled)
         if scheduled.is_empty:
             return ModelRunnerOutput()
         batch = build_host_batch(scheduled, self.requests, self.config.block_size)
+        need_logits = bool(batch.sampling_states)  # every rank computes its share of them
         sampling = None
-        if batch.sampling_states:  # queued before the forward: nothing waits on the GPU
+        if need_logits and self.tp.is_driver:  # queued before the forward: no GPU wait
             sampling = build_sampling_batch(
                 batch.sampling_states,
                 self.model_config.vocab_size,
                 self.model_config.eos_token_ids,
                 self.device,
             )
-        logits = self._run_model(batch, need_logits=sampling is not None)
+        logits = self._run_model(batch, need_logits)
         for request_id, num_tokens in scheduled.num_scheduled_tokens.items():
             self.requests[request_id].num_computed_tokens += num_tokens
         if sampling is None:
@@ -226,7 +249,7 @@ class ModelRunner:
         if batch.decode_only:
             from pagoda.engine.kernels.triton_decode import choose_num_splits
 
-            num_splits = choose_num_splits(batch.num_seqs, self.model_config.num_kv_heads)
+            num_splits = choose_num_splits(batch.num_seqs, self.num_kv_heads)
         inputs = self.buffers.load(batch, num_splits=num_splits)
         hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta)
         if not need_logits:
@@ -239,7 +262,7 @@ class ModelRunner:
         for new in scheduled.new_requests:
             params = new.sampling_params
             generator = None
-            if params.seed is not None:
+            if params.seed is not None and self.tp.is_driver:
                 generator = torch.Generator(device=self.device).manual_seed(params.seed)
             self.requests[new.request_id] = RequestState(
                 request_id=new.request_id,
@@ -257,6 +280,14 @@ class ModelRunner:
             else:
                 state.block_ids.extend(cached.new_block_ids)
             state.num_computed_tokens = cached.num_computed_tokens
+
+
+def rank_device(config: EngineConfig, rank: int) -> torch.device:
+    """Rank r of a tensor-parallel engine on CUDA uses GPU r; on CPU all share the host."""
+    device = torch.device(config.device)
+    if device.type == "cuda" and config.tensor_parallel_size > 1:
+        return torch.device("cuda", rank)
+    return device
 
 
 @torch.no_grad()

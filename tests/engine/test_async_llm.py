@@ -1,17 +1,23 @@
-"""AsyncLLM: concurrent streams, cancellation frees blocks, errors stay per request."""
+"""AsyncLLM: concurrent streams, cancellation frees blocks, errors stay per request.
+
+Every test runs twice: the engine core in a thread of this process, and in its own
+process behind ZeroMQ (what `pagoda serve` uses).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 
 import pytest
 
 from pagoda.engine import LLM, AsyncLLM, EngineDeadError, SamplingParams
 
 
-@pytest.fixture(scope="module")
-def engine(llama_dir):
-    engine = AsyncLLM.from_model(str(llama_dir))
+@pytest.fixture(scope="module", params=[False, True], ids=["thread", "process"])
+def engine(llama_dir, request):
+    engine = AsyncLLM.from_model(str(llama_dir), multiprocess=request.param)
     yield engine
     engine.shutdown()
 
@@ -131,7 +137,7 @@ def test_a_crashed_engine_loop_fails_every_request_and_refuses_new_ones(llama_di
     def broken_step():
         raise RuntimeError("simulated GPU fault")
 
-    engine.engine.core.step = broken_step
+    engine.core_client.core.step = broken_step
     params = SamplingParams(max_tokens=5)
 
     async def main():
@@ -142,3 +148,32 @@ def test_a_crashed_engine_loop_fails_every_request_and_refuses_new_ones(llama_di
             await collect(engine, "hello", params, "y")
 
     asyncio.run(main())
+
+
+def test_a_killed_core_process_fails_every_request_and_refuses_new_ones(llama_dir):
+    engine = AsyncLLM.from_model(str(llama_dir), multiprocess=True)
+    params = SamplingParams(max_tokens=1000, ignore_eos=True)
+
+    async def main():
+        stream = engine.generate("hello", params, "x")
+        await anext(stream)
+        os.kill(engine.core_client.process.pid, signal.SIGKILL)
+        with pytest.raises(EngineDeadError, match="exited"):
+            async for _ in stream:
+                pass
+        assert not engine.is_running
+        with pytest.raises(EngineDeadError):
+            await collect(engine, "hello", params, "y")
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), timeout=30))
+    finally:
+        engine.shutdown()
+
+
+def test_shutdown_stops_the_core_process_and_removes_its_sockets(llama_dir):
+    engine = AsyncLLM.from_model(str(llama_dir), multiprocess=True)
+    process, folder = engine.core_client.process, engine.core_client._folder
+    assert process.is_alive() and any(folder.iterdir())
+    engine.shutdown()
+    assert process.exitcode == 0 and not folder.exists()

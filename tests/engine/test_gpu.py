@@ -15,14 +15,24 @@ pytestmark = [
 GREEDY = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
 
 
+# mp: the tensor-parallel path with N = 1, an NCCL group of one whose all-reduces and
+# all-gather are captured inside the decode CUDA graphs.
+@pytest.mark.parametrize("executor", ["uni", "mp"])
 @pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3"])
-def test_fp32_greedy_tokens_on_gpu_match_the_cpu_reference(arch, tiny_model_dir):
+def test_fp32_greedy_tokens_on_gpu_match_the_cpu_reference(arch, executor, tiny_model_dir):
     model_dir = str(tiny_model_dir(arch))
     prompts = parity_prompts()
     cpu = LLM(model_dir, device="cpu").generate(prompts, GREEDY)
-    gpu_llm = LLM(model_dir, device="cuda", dtype="float32")
+    gpu_llm = LLM(model_dir, device="cuda", dtype="float32", distributed_executor_backend=executor)
     assert gpu_llm.config.attention_backend == "triton"
-    gpu = gpu_llm.generate(prompts, GREEDY)
+    core = gpu_llm.engine.core
+    assert core.runner.graphs is not None and core.runner.graphs.sizes
+    if executor == "mp":
+        assert core.executor.tp.group.name() == "nccl"
+    try:
+        gpu = gpu_llm.generate(prompts, GREEDY)
+    finally:
+        gpu_llm.shutdown()
     mismatched = [
         i
         for i, (a, b) in enumerate(zip(cpu, gpu, strict=True))
@@ -58,3 +68,31 @@ def test_kv_cache_is_sized_from_free_gpu_memory(llama_dir):
     cache_bytes = sum(t.numel() * t.element_size() for t in core.runner.kv_caches)
     assert cache_bytes <= 0.05 * total
     assert core.kv_cache.num_blocks * 16 >= 2048
+
+
+def test_more_ranks_than_visible_gpus_are_refused(llama_dir):
+    size = 2 * torch.cuda.device_count()
+    if size > 4:  # the tiny model has 4 heads
+        pytest.skip("the tiny model cannot split over this many GPUs")
+    with pytest.raises(ValueError, match=f"needs {size} GPUs"):
+        LLM(str(llama_dir), device="cuda", tensor_parallel_size=size)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_two_gpus_give_the_tokens_of_the_cpu_reference(arch, tiny_model_dir):
+    model_dir = str(tiny_model_dir(arch))
+    prompts = parity_prompts()
+    cpu = LLM(model_dir, device="cpu").generate(prompts, GREEDY)
+    llm = LLM(model_dir, device="cuda", dtype="float32", tensor_parallel_size=2)
+    try:
+        assert llm.engine.core.runner.graphs.sizes  # captured on both ranks in lockstep
+        gpu = llm.generate(prompts, GREEDY)
+    finally:
+        llm.shutdown()
+    mismatched = [
+        i
+        for i, (a, b) in enumerate(zip(cpu, gpu, strict=True))
+        if a.outputs[0].token_ids != b.outputs[0].token_ids
+    ]
+    assert not mismatched, f"prompts {mismatched[:5]} differ between CPU and 2 GPUs"

@@ -57,6 +57,17 @@ def test_decode_all_equals_streaming(tokenizer, text):
     assert detok.decode_all(output_ids) == streamed
 
 
+def test_decode_all_equals_streaming_for_random_token_ids(tokenizer):
+    """Random ids include invalid byte sequences, which decoders group by window."""
+    rng = random.Random(3)
+    prompt_ids = tokenizer.encode("start")
+    for _ in range(60):
+        ids = [rng.randrange(len(tokenizer)) for _ in range(rng.randint(1, 30))]
+        detok = IncrementalDetokenizer(tokenizer, prompt_ids)
+        streamed = detok.update(ids) + detok.flush()
+        assert IncrementalDetokenizer(tokenizer, prompt_ids).decode_all(ids) == streamed
+
+
 def test_random_text_streams_match_whole_decode(tokenizer):
     """Random mixes of known words and unseen characters, streamed in random chunks."""
     rng = random.Random(0)

@@ -1,0 +1,174 @@
+"""`pagoda bench serve`: streaming requests at a Poisson rate against any OpenAI-compatible
+server, timing each token as it arrives.
+
+Prompts are random words (`--random-input-len` of them: roughly as many tokens); output
+lengths are `max_tokens`, exact with `--ignore-eos`. Token counts in the report are the
+server's own (`stream_options.include_usage`), falling back to one token per chunk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from pagoda.engine.benchmarks.report import RequestResult, summarize
+
+logger = logging.getLogger(__name__)
+
+# Common short English words: most are one token in any BPE vocabulary.
+_WORDS = (
+    "the of and to in is was for on are with as at be by this had not but from or have an "
+    "they which one you were her all she there would their we him been has when who will "
+    "more no if out so said what up its about into than them can only other new some time"
+).split()
+
+
+@dataclass
+class BenchRequest:
+    prompt: str
+    max_tokens: int
+
+
+@dataclass
+class BenchConfig:
+    base_url: str
+    endpoint: str
+    model: str | None
+    api_key: str | None
+    request_rate: float
+    max_concurrency: int | None
+    ignore_eos: bool
+    requests: list[BenchRequest] = field(default_factory=list)
+
+
+def make_requests(
+    num: int, input_len: int, output_len: int, range_ratio: float, seed: int
+) -> list[BenchRequest]:
+    if num < 1 or input_len < 1 or output_len < 1 or not 0 <= range_ratio < 1:
+        raise ValueError(
+            "--num-prompts, --random-input-len and --random-output-len must be >= 1 and "
+            "--random-range-ratio in [0, 1)"
+        )
+    rng = random.Random(seed)
+
+    def length(mean: int) -> int:
+        low, high = int(mean * (1 - range_ratio)), int(mean * (1 + range_ratio))
+        return max(1, rng.randint(low, high))
+
+    return [
+        BenchRequest(" ".join(rng.choices(_WORDS, k=length(input_len))), length(output_len))
+        for _ in range(num)
+    ]
+
+
+async def run_benchmark(config: BenchConfig, seed: int = 0) -> dict:
+    headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+    limits = httpx.Limits(max_connections=config.max_concurrency or len(config.requests))
+    async with httpx.AsyncClient(
+        base_url=config.base_url, headers=headers, timeout=None, limits=limits
+    ) as client:
+        model = config.model or await _first_model(client)
+        semaphore = asyncio.Semaphore(config.max_concurrency or len(config.requests))
+        rng = random.Random(seed)
+        started = time.perf_counter()
+        tasks = []
+        for request in config.requests:
+            tasks.append(asyncio.create_task(_limited(semaphore, client, config, model, request)))
+            if config.request_rate != float("inf"):
+                await asyncio.sleep(rng.expovariate(config.request_rate))
+        results = await asyncio.gather(*tasks)
+        duration = time.perf_counter() - started
+    return summarize(results, duration) | {"model": model}
+
+
+async def _first_model(client: httpx.AsyncClient) -> str:
+    response = await client.get("/v1/models")
+    response.raise_for_status()
+    return response.json()["data"][0]["id"]
+
+
+async def _limited(semaphore, client, config, model, request) -> RequestResult:
+    async with semaphore:
+        return await _send(client, config, model, request)
+
+
+async def _send(
+    client: httpx.AsyncClient, config: BenchConfig, model: str, request: BenchRequest
+) -> RequestResult:
+    payload = {
+        "model": model,
+        "prompt": request.prompt,
+        "max_tokens": request.max_tokens,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if config.ignore_eos:
+        payload["ignore_eos"] = True
+    result = RequestResult()
+    started = time.perf_counter()
+    try:
+        async with client.stream("POST", config.endpoint, json=payload) as response:
+            if response.status_code != 200:
+                body = (await response.aread()).decode(errors="replace")
+                return RequestResult(error=f"HTTP {response.status_code}: {body[:200]}")
+            async for line in response.aiter_lines():
+                _on_event(result, line, started)
+    except httpx.HTTPError as exc:
+        return RequestResult(error=f"{type(exc).__name__}: {exc}")
+    result.latency = time.perf_counter() - started
+    result.success = result.error is None
+    return result
+
+
+def _on_event(result: RequestResult, line: str, started: float) -> None:
+    if not line.startswith("data: ") or line == "data: [DONE]":
+        return
+    event = json.loads(line[len("data: ") :])
+    if "error" in event:
+        result.error = str(event["error"])
+        return
+    if event.get("usage"):
+        result.prompt_tokens = event["usage"]["prompt_tokens"]
+        result.output_tokens = event["usage"]["completion_tokens"]
+    if any(choice.get("text") for choice in event.get("choices", ())):
+        now = time.perf_counter()
+        result.chunk_times.append(now - started)
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
+    config = BenchConfig(
+        base_url=args.base_url.rstrip("/"),
+        endpoint=args.endpoint,
+        model=args.model,
+        api_key=args.api_key,
+        request_rate=args.request_rate,
+        max_concurrency=args.max_concurrency,
+        ignore_eos=args.ignore_eos,
+        requests=make_requests(
+            args.num_prompts,
+            args.random_input_len,
+            args.random_output_len,
+            args.random_range_ratio,
+            args.seed,
+        ),
+    )
+    if config.request_rate <= 0:
+        raise ValueError("--request-rate must be > 0 (inf: all at once)")
+    report = asyncio.run(run_benchmark(config, args.seed))
+    report["config"] = {k: v for k, v in vars(args).items() if k != "handler"}
+    from pagoda.engine.benchmarks.report import print_report
+
+    print_report(report)
+    if args.result_file:
+        with open(args.result_file, "w") as file:
+            json.dump(report, file, indent=2)
+    return 0 if report["completed"] else 1

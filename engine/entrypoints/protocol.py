@@ -1,0 +1,242 @@
+"""Request and response bodies of the OpenAI API (and vLLM's extras), as pydantic models.
+
+Types are checked here; value ranges are checked once, by `SamplingParams.validate` and
+the input processor, whose ValueErrors name the field and become 400s. The ranges are also
+written into the OpenAPI schema (`documented`), so clients and fuzzers see them. Unknown
+fields are ignored, as vLLM does, so clients that send newer OpenAI fields keep working.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pagoda.engine.sampling_params import MAX_LOGPROBS
+
+
+def documented(default=None, **schema):
+    """A field whose allowed values the OpenAPI schema shows; the engine's checks enforce them."""
+    return Field(default, json_schema_extra=schema)
+
+
+class OpenAIModel(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class StreamOptions(OpenAIModel):
+    include_usage: bool = False
+
+
+class SamplingFields(OpenAIModel):
+    """What completions and chat share: OpenAI's sampling fields plus vLLM's extras."""
+
+    model: str | None = None  # None: the served model
+    n: int = documented(1, minimum=1)
+    temperature: float | None = documented(minimum=0)  # None: 1.0, as OpenAI
+    top_p: float | None = documented(exclusiveMinimum=0, maximum=1)
+    stop: str | list[str] | None = None
+    seed: int | None = documented(minimum=-(2**63), maximum=2**63 - 1)
+    presence_penalty: float = documented(0.0, minimum=-2, maximum=2)
+    frequency_penalty: float = documented(0.0, minimum=-2, maximum=2)
+    logit_bias: dict[str, float] | None = documented(maxProperties=0)  # not supported yet
+    user: str | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    # vLLM's extras
+    top_k: int | None = documented(minimum=-1)  # 0 or -1: off
+    min_p: float | None = documented(minimum=0, maximum=1)
+    repetition_penalty: float | None = documented(exclusiveMinimum=0)
+    ignore_eos: bool = False
+    min_tokens: int = documented(0, minimum=0)
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    priority: int = 0  # lower runs first under --scheduling-policy priority
+    cache_salt: str | None = None  # keeps this request's prefix-cache entries private
+
+
+class CompletionRequest(SamplingFields):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = documented(16, minimum=1)
+    logprobs: int | None = documented(minimum=0, maximum=MAX_LOGPROBS)  # top alternatives
+    echo: bool = False
+    suffix: str | None = documented(maxLength=0)  # not supported yet
+    best_of: int | None = None  # only best_of == n is supported
+
+
+class ContentPart(OpenAIModel):
+    type: str = documented(..., enum=["text"])  # text only, checked with a clear message
+    text: str | None = None
+
+
+class ChatMessage(OpenAIModel):
+    role: str
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+
+class ResponseFormat(OpenAIModel):
+    type: str = documented(..., enum=["text"])  # no guided decoding yet
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = documented(minimum=1)  # None: up to the model's context
+    # OpenAI's newer name; wins over max_tokens
+    max_completion_tokens: int | None = documented(minimum=1)
+    logprobs: bool = False
+    top_logprobs: int | None = documented(minimum=0, maximum=MAX_LOGPROBS)
+    tools: list[dict] | None = documented(maxItems=0)  # not supported yet
+    tool_choice: str | dict | None = None
+    response_format: ResponseFormat | None = None  # only {"type": "text"}
+    add_generation_prompt: bool = True  # vLLM's extra
+
+
+class TokenizeCompletionRequest(OpenAIModel):
+    model: str | None = None
+    prompt: str
+    add_special_tokens: bool = True
+
+
+class TokenizeChatRequest(OpenAIModel):
+    model: str | None = None
+    messages: list[ChatMessage] = Field(min_length=1)
+    add_generation_prompt: bool = True
+
+
+class DetokenizeRequest(OpenAIModel):
+    model: str | None = None
+    tokens: list[int]
+
+
+# -- responses --------------------------------------------------------------------------
+
+
+def now_seconds() -> int:
+    return int(time.time())
+
+
+class UsageInfo(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class CompletionLogprobs(BaseModel):
+    text_offset: list[int] = Field(default_factory=list)
+    token_logprobs: list[float | None] = Field(default_factory=list)
+    tokens: list[str] = Field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None  # the stop string or token id that matched
+
+
+class CompletionResponse(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int = Field(default_factory=now_seconds)
+    model: str
+    choices: list[CompletionChoice]
+    usage: UsageInfo | None = None
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
+class ChatLogprobs(BaseModel):
+    content: list[TokenLogprob] | None = None
+
+
+class ChatResponseMessage(BaseModel):
+    role: str = "assistant"
+    content: str | None = None
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: ChatResponseMessage
+    logprobs: ChatLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+class ChatCompletionResponse(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int = Field(default_factory=now_seconds)
+    model: str
+    choices: list[ChatChoice]
+    usage: UsageInfo
+
+
+class DeltaMessage(BaseModel):
+    # Left out when empty, as OpenAI's chunks do (the role only in a choice's first chunk).
+    role: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    content: str | None = Field(default=None, exclude_if=lambda value: value is None)
+
+
+class ChatChunkChoice(BaseModel):
+    index: int
+    delta: DeltaMessage
+    logprobs: ChatLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int = Field(default_factory=now_seconds)
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: UsageInfo | None = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = Field(default_factory=now_seconds)
+    owned_by: str = "pagoda"
+    root: str | None = None
+    max_model_len: int | None = None
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class TokenizeResponse(BaseModel):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+
+
+class DetokenizeResponse(BaseModel):
+    prompt: str
+
+
+class ErrorInfo(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorInfo

@@ -1,0 +1,204 @@
+"""POST /v1/chat/completions: the conversation through the model's chat template, `n` replies."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from fastapi import Request
+
+from pagoda.engine.async_llm import AsyncLLM, EngineDeadError
+from pagoda.engine.entrypoints.admission import Ticket
+from pagoda.engine.entrypoints.errors import APIError, bad_request, engine_died
+from pagoda.engine.entrypoints.logprobs import TokenTexts, chat_logprobs
+from pagoda.engine.entrypoints.protocol import (
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatMessage,
+    ChatResponseMessage,
+    DeltaMessage,
+    UsageInfo,
+    now_seconds,
+)
+from pagoda.engine.entrypoints.sampling import include_usage, sampling_params
+from pagoda.engine.entrypoints.state import ServerState
+from pagoda.engine.entrypoints.streaming import (
+    SSE_DONE,
+    Deadline,
+    cancel_on_disconnect,
+    event_stream,
+    last,
+    sse,
+    sse_error,
+)
+from pagoda.engine.outputs import CompletionOutput
+from pagoda.engine.processing.input_processor import PreparedRequest
+from pagoda.engine.processing.tokenizer import apply_chat_template
+
+
+@dataclass
+class _Job:
+    body: ChatCompletionRequest
+    model: str
+    engine: AsyncLLM
+    prepared: PreparedRequest
+    texts: TokenTexts
+    timeout: float | None
+    id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
+    created: int = field(default_factory=now_seconds)
+
+    def deadline(self) -> Deadline:
+        return Deadline(self.engine.abort, [self.prepared.request_id], self.timeout)
+
+    def usage(self, num_generated: int) -> UsageInfo:
+        num_prompt = len(self.prepared.prompt.token_ids)
+        return UsageInfo(
+            prompt_tokens=num_prompt,
+            completion_tokens=num_generated,
+            total_tokens=num_prompt + num_generated,
+        )
+
+
+async def create_chat_completion(
+    body: ChatCompletionRequest, request: Request, state: ServerState, texts: TokenTexts
+):
+    engine = state.require_engine()
+    model = state.check_model(body.model)
+    num_top = _check_chat_fields(body)
+    max_tokens = body.max_completion_tokens or body.max_tokens
+    params = sampling_params(body, max_tokens, num_top)
+    ticket = state.admission.acquire(max(1, params.n))
+    try:
+        token_ids = conversation_tokens(engine, body.messages, body.add_generation_prompt)
+        job = _Job(body, model, engine, None, texts, state.settings.request_timeout)
+        job.prepared = engine.prepare(
+            {"prompt_token_ids": token_ids}, params, job.id, body.priority, body.cache_salt
+        )
+    except ValueError as exc:
+        ticket.release()
+        raise bad_request(exc) from None
+    except BaseException:
+        ticket.release()
+        raise
+    if body.stream:
+        return event_stream(_stream(job, ticket), ticket)
+    try:
+        return await cancel_on_disconnect(request, _complete(job))
+    finally:
+        ticket.release()
+
+
+def _check_chat_fields(body: ChatCompletionRequest) -> int | None:
+    """Refuse what is not supported; the number of top logprobs to return (None: none)."""
+    if body.tools:
+        raise APIError(400, "tools are not supported yet: leave them out", param="tools")
+    if body.tool_choice not in (None, "none", "auto"):
+        raise APIError(400, "tool_choice is not supported yet", param="tool_choice")
+    if body.response_format is not None and body.response_format.type != "text":
+        raise APIError(
+            400,
+            f"response_format {body.response_format.type!r} is not supported yet: only 'text'",
+            param="response_format",
+        )
+    if body.top_logprobs is not None and not body.logprobs:
+        raise APIError(400, "top_logprobs needs logprobs=true", param="top_logprobs")
+    if not body.logprobs:
+        return None
+    return body.top_logprobs or 0
+
+
+def conversation_tokens(
+    engine: AsyncLLM, messages: list[ChatMessage], add_generation_prompt: bool
+) -> list[int]:
+    """Messages (text content only) rendered by the model's chat template."""
+    conversation = []
+    for i, message in enumerate(messages):
+        content = message.content
+        if isinstance(content, list):
+            if any(part.type != "text" or part.text is None for part in content):
+                raise APIError(
+                    400,
+                    "only text content parts ({'type': 'text', 'text': ...}) are supported",
+                    param=f"messages.{i}.content",
+                )
+            content = "".join(part.text for part in content)
+        conversation.append({"role": message.role, "content": content or ""})
+    return apply_chat_template(engine.tokenizer, conversation, add_generation_prompt)
+
+
+async def _complete(job: _Job) -> ChatCompletionResponse:
+    deadline = job.deadline()
+    try:
+        final = await last(job.engine.generate(job.prepared, None, job.prepared.request_id))
+    except EngineDeadError as exc:
+        raise engine_died(exc) from None
+    finally:
+        deadline.cancel()
+    if deadline.expired:
+        raise deadline.error()
+    choices = [
+        ChatChoice(
+            index=sample.index,
+            message=ChatResponseMessage(content=sample.text),
+            logprobs=_logprobs(job, sample),
+            finish_reason=sample.finish_reason,
+            stop_reason=sample.stop_reason,
+        )
+        for sample in final.outputs
+    ]
+    num_generated = sum(len(sample.token_ids) for sample in final.outputs)
+    return ChatCompletionResponse(
+        id=job.id, created=job.created, model=job.model, choices=choices,
+        usage=job.usage(num_generated),
+    )  # fmt: skip
+
+
+async def _stream(job: _Job, ticket: Ticket):
+    num_generated = 0
+    deadline = job.deadline()
+    try:
+        # OpenAI's first chunk of each choice names the role.
+        first = [
+            ChatChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=""))
+            for i in range(job.prepared.params.n)
+        ]
+        yield sse(_chunk(job, first))
+        async for output in job.engine.generate(job.prepared, None, job.prepared.request_id):
+            choices = [_chunk_choice(job, sample) for sample in output.outputs]
+            num_generated += sum(len(sample.token_ids) for sample in output.outputs)
+            yield sse(_chunk(job, choices))
+        if deadline.expired:
+            yield sse_error(deadline.error())
+        elif include_usage(job.body):
+            yield sse(_chunk(job, [], job.usage(num_generated)))
+    except EngineDeadError as exc:
+        yield sse_error(engine_died(exc))
+    finally:
+        deadline.cancel()
+        ticket.release()
+    yield SSE_DONE
+
+
+def _chunk(job: _Job, choices: list[ChatChunkChoice], usage=None) -> ChatCompletionChunk:
+    return ChatCompletionChunk(
+        id=job.id, created=job.created, model=job.model, choices=choices, usage=usage
+    )
+
+
+def _chunk_choice(job: _Job, sample: CompletionOutput) -> ChatChunkChoice:
+    return ChatChunkChoice(
+        index=sample.index,
+        delta=DeltaMessage(content=sample.text) if sample.text else DeltaMessage(),
+        logprobs=_logprobs(job, sample),
+        finish_reason=sample.finish_reason,
+        stop_reason=sample.stop_reason,
+    )
+
+
+def _logprobs(job: _Job, sample: CompletionOutput):
+    if not job.body.logprobs or sample.logprobs is None:
+        return None
+    return chat_logprobs(sample.logprobs, job.texts, job.prepared.params.logprobs or 0)

@@ -1,0 +1,200 @@
+"""POST /v1/completions: one prompt or a batch of them, `n` samples each, whole or streamed.
+
+Choice `i * n + j` is sample j of prompt i, as in OpenAI's and vLLM's responses.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from fastapi import Request
+
+from pagoda.engine.async_llm import AsyncLLM, EngineDeadError
+from pagoda.engine.entrypoints.admission import Ticket
+from pagoda.engine.entrypoints.errors import APIError, bad_request, engine_died
+from pagoda.engine.entrypoints.logprobs import TokenTexts, completion_logprobs
+from pagoda.engine.entrypoints.protocol import (
+    CompletionChoice,
+    CompletionRequest,
+    CompletionResponse,
+    UsageInfo,
+    now_seconds,
+)
+from pagoda.engine.entrypoints.sampling import include_usage, sampling_params
+from pagoda.engine.entrypoints.state import ServerState
+from pagoda.engine.entrypoints.streaming import (
+    SSE_DONE,
+    Deadline,
+    cancel_on_disconnect,
+    event_stream,
+    gather_or_cancel,
+    last,
+    merge,
+    sse,
+    sse_error,
+)
+from pagoda.engine.outputs import CompletionOutput
+from pagoda.engine.processing.input_processor import PreparedRequest
+
+
+@dataclass
+class _Job:
+    """One admitted completion request: its prepared prompts and what its response needs."""
+
+    body: CompletionRequest
+    model: str
+    engine: AsyncLLM
+    prepared: list[PreparedRequest]
+    texts: TokenTexts
+    timeout: float | None
+    id: str = field(default_factory=lambda: f"cmpl-{uuid.uuid4().hex}")
+    created: int = field(default_factory=now_seconds)
+    # choice index -> characters of text so far (where the next token's text begins)
+    offsets: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return self.prepared[0].params.n
+
+    def prompt_text(self, index: int) -> str:
+        prompt = self.prepared[index].prompt
+        return (
+            prompt.text
+            if prompt.text is not None
+            else self.engine.tokenizer.decode(prompt.token_ids)
+        )
+
+    def deadline(self) -> Deadline:
+        return Deadline(self.engine.abort, [p.request_id for p in self.prepared], self.timeout)
+
+    def usage(self, num_generated: int) -> UsageInfo:
+        num_prompt = sum(len(p.prompt.token_ids) for p in self.prepared)
+        return UsageInfo(
+            prompt_tokens=num_prompt,
+            completion_tokens=num_generated,
+            total_tokens=num_prompt + num_generated,
+        )
+
+
+async def create_completion(
+    body: CompletionRequest, request: Request, state: ServerState, texts: TokenTexts
+):
+    engine = state.require_engine()
+    model = state.check_model(body.model)
+    _refuse_unsupported(body)
+    prompts = _prompts(body.prompt)
+    params = sampling_params(body, body.max_tokens, body.logprobs)
+    ticket = state.admission.acquire(len(prompts) * max(1, params.n))
+    try:
+        job = _Job(body, model, engine, [], texts, state.settings.request_timeout)
+        job.prepared = [
+            engine.prepare(prompt, params, f"{job.id}-{i}", body.priority, body.cache_salt)
+            for i, prompt in enumerate(prompts)
+        ]
+    except ValueError as exc:
+        ticket.release()
+        raise bad_request(exc) from None
+    except BaseException:
+        ticket.release()
+        raise
+    if body.stream:
+        return event_stream(_stream(job, ticket), ticket)
+    try:
+        return await cancel_on_disconnect(request, _complete(job))
+    finally:
+        ticket.release()
+
+
+def _refuse_unsupported(body: CompletionRequest) -> None:
+    if body.suffix:
+        raise APIError(400, "suffix is not supported: leave it out", param="suffix")
+    if body.best_of is not None and body.best_of != body.n:
+        raise APIError(400, "best_of is only supported equal to n: leave it out", param="best_of")
+    if body.echo and body.logprobs is not None:
+        raise APIError(
+            400, "echo with logprobs needs prompt logprobs, which are not supported", param="echo"
+        )
+
+
+def _prompts(prompt) -> list[str | list[int]]:
+    """OpenAI's four prompt shapes as a list of prompts (string or token ids)."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if not prompt:
+        raise APIError(400, "prompt is empty: send a string or a list of them", param="prompt")
+    if isinstance(prompt[0], int):
+        return [prompt]
+    return list(prompt)
+
+
+async def _complete(job: _Job) -> CompletionResponse:
+    deadline = job.deadline()
+    try:
+        outputs = await gather_or_cancel(
+            [last(job.engine.generate(p, None, p.request_id)) for p in job.prepared]
+        )
+    except EngineDeadError as exc:
+        raise engine_died(exc) from None
+    finally:
+        deadline.cancel()
+    if deadline.expired:
+        raise deadline.error()
+    choices = [
+        _choice(job, i, sample, echo=job.body.echo)
+        for i, output in enumerate(outputs)
+        for sample in output.outputs
+    ]
+    num_generated = sum(len(sample.token_ids) for output in outputs for sample in output.outputs)
+    return CompletionResponse(
+        id=job.id, created=job.created, model=job.model, choices=choices,
+        usage=job.usage(num_generated),
+    )  # fmt: skip
+
+
+async def _stream(job: _Job, ticket: Ticket):
+    num_generated = 0
+    started: set[int] = set()  # choices that sent their first chunk (echo goes there)
+    deadline = job.deadline()
+    try:
+        streams = [job.engine.generate(p, None, p.request_id) for p in job.prepared]
+        async for i, output in merge(streams):
+            choices = []
+            for sample in output.outputs:
+                index = i * job.n + sample.index
+                choices.append(_choice(job, i, sample, job.body.echo and index not in started))
+                started.add(index)
+                num_generated += len(sample.token_ids)
+            yield sse(_chunk(job, choices))
+        if deadline.expired:
+            yield sse_error(deadline.error())
+        elif include_usage(job.body):
+            yield sse(_chunk(job, [], job.usage(num_generated)))
+    except EngineDeadError as exc:
+        yield sse_error(engine_died(exc))
+    finally:
+        deadline.cancel()
+        ticket.release()
+    yield SSE_DONE
+
+
+def _chunk(job: _Job, choices: list[CompletionChoice], usage=None) -> CompletionResponse:
+    return CompletionResponse(
+        id=job.id, created=job.created, model=job.model, choices=choices, usage=usage
+    )
+
+
+def _choice(job: _Job, prompt_index: int, sample: CompletionOutput, echo: bool):
+    index = prompt_index * job.n + sample.index
+    text = (job.prompt_text(prompt_index) + sample.text) if echo else sample.text
+    logprobs = None
+    if job.body.logprobs is not None and sample.logprobs is not None:
+        logprobs = completion_logprobs(sample.logprobs, job.texts, job.offsets.get(index, 0))
+    job.offsets[index] = job.offsets.get(index, 0) + len(text)
+    return CompletionChoice(
+        index=index,
+        text=text,
+        logprobs=logprobs,
+        finish_reason=sample.finish_reason,
+        stop_reason=sample.stop_reason,
+    )

@@ -1,0 +1,44 @@
+"""POST /tokenize and /detokenize (vLLM's bodies): the model's tokenizer over HTTP."""
+
+from __future__ import annotations
+
+from pagoda.engine.entrypoints.errors import APIError, bad_request
+from pagoda.engine.entrypoints.protocol import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeChatRequest,
+    TokenizeCompletionRequest,
+    TokenizeResponse,
+)
+from pagoda.engine.entrypoints.serving_chat import conversation_tokens
+from pagoda.engine.entrypoints.state import ServerState
+
+
+def tokenize(
+    body: TokenizeCompletionRequest | TokenizeChatRequest, state: ServerState
+) -> TokenizeResponse:
+    engine = state.require_engine()
+    state.check_model(body.model)
+    if isinstance(body, TokenizeChatRequest):
+        try:
+            tokens = conversation_tokens(engine, body.messages, body.add_generation_prompt)
+        except ValueError as exc:
+            raise bad_request(exc) from None
+    else:
+        tokens = engine.tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
+    return TokenizeResponse(
+        count=len(tokens), max_model_len=state.settings.max_model_len, tokens=tokens
+    )
+
+
+def detokenize(body: DetokenizeRequest, state: ServerState) -> DetokenizeResponse:
+    engine = state.require_engine()
+    state.check_model(body.model)
+    vocab_size = engine.config.model_config.vocab_size
+    for token_id in body.tokens:
+        if not 0 <= token_id < vocab_size:
+            raise APIError(
+                400, f"token id {token_id} is out of range: ids are in [0, {vocab_size})",
+                param="tokens",
+            )  # fmt: skip
+    return DetokenizeResponse(prompt=engine.tokenizer.decode(body.tokens))

@@ -1,0 +1,159 @@
+"""Server-sent events, merged output streams, and aborting work whose client went away."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+from fastapi import Request
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
+
+from pagoda.engine.entrypoints.admission import Ticket
+from pagoda.engine.entrypoints.errors import APIError
+
+T = TypeVar("T")
+
+SSE_DONE = "data: [DONE]\n\n"
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # no proxy buffering
+
+
+def event_stream(events: AsyncIterator[str], ticket: Ticket) -> StreamingResponse:
+    """An SSE response whose admission ticket is released however it ends.
+
+    The events generator releases it in its `finally`; but when the client is gone before
+    the response starts, the generator never runs, so its collection releases it instead.
+    """
+    weakref.finalize(events, ticket.release)
+    return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+def sse(payload: BaseModel | dict) -> str:
+    if isinstance(payload, BaseModel):
+        return f"data: {payload.model_dump_json()}\n\n"
+    import json
+
+    return f"data: {json.dumps(payload)}\n\n"
+
+
+def sse_error(error: APIError) -> str:
+    """An error after the stream began (status 200 is already sent): vLLM's and OpenAI's form."""
+    body = {"message": error.message, "type": error.type, "param": error.param, "code": error.code}
+    return sse({"error": body})
+
+
+async def merge(iterators: list[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]:
+    """Items of several async iterators as they come, tagged with the iterator's index."""
+    if len(iterators) == 1:  # the common case needs no tasks
+        async for item in iterators[0]:
+            yield 0, item
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+    done = object()
+
+    async def pump(index: int, iterator: AsyncIterator[T]) -> None:
+        try:
+            async for item in iterator:
+                await queue.put((index, item))
+            await queue.put((index, done))
+        except BaseException as exc:  # handed to the consumer, which re-raises it
+            await queue.put((index, exc))
+
+    tasks = [asyncio.create_task(pump(i, it)) for i, it in enumerate(iterators)]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            index, item = await queue.get()
+            if item is done:
+                remaining -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield index, item
+    finally:  # cancelled or failed: stop (and so abort) every stream still running
+        await _cancel(tasks)
+
+
+async def last(iterator: AsyncIterator[T]) -> T | None:
+    """The final item (a whole response needs only the end of the engine's stream)."""
+    result = None
+    async for item in iterator:
+        result = item
+    return result
+
+
+async def gather_or_cancel(coroutines: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """asyncio.gather, but one failure or a cancellation cancels every sibling."""
+    tasks = [asyncio.ensure_future(coroutine) for coroutine in coroutines]
+    try:
+        return await asyncio.gather(*tasks)
+    finally:
+        await _cancel(tasks)
+
+
+class Deadline:
+    """Aborts requests that run past `seconds`; their streams then end with reason abort.
+
+    A timer rather than a cancel scope: a scope around a generator that yields to the HTTP
+    layer could fire outside it, while an abort always ends the stream cleanly.
+    """
+
+    def __init__(self, abort: Callable[[str], None], request_ids: list[str], seconds) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self._abort = abort
+        self._request_ids = request_ids
+        self._timer = (
+            None
+            if seconds is None
+            else asyncio.get_running_loop().call_later(seconds, self._expire)
+        )
+
+    def _expire(self) -> None:
+        self.expired = True
+        for request_id in self._request_ids:
+            self._abort(request_id)
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def error(self) -> APIError:
+        return APIError(
+            408,
+            f"the request did not finish within the server's timeout ({self.seconds:g}s): "
+            "lower max_tokens or retry",
+            type="timeout_error",
+        )
+
+
+async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
+    """Run `work` until it ends or the client disconnects; then cancel it (aborting it)."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_wait_for_disconnect(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            await _cancel([task])
+    if task.cancelled():
+        raise APIError(499, "the client closed the connection")
+    return task.result()
+
+
+async def _wait_for_disconnect(request: Request) -> None:
+    # The body was read before the handler ran, so the next message is the disconnect.
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _cancel(tasks: list[asyncio.Future]) -> None:
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(BaseException):
+            await task

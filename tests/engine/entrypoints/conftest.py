@@ -1,0 +1,44 @@
+"""One live server shared by the API tests (starting one costs seconds); the flood,
+drain and crash tests start their own small ones."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.engine.entrypoints.live_server import API_KEY, LiveServer
+
+# Small enough that "too many tokens" is easy to ask for, large enough for 200 streams.
+SHARED_FLAGS = (
+    "--served-model-name", "tiny", "served-alias",
+    "--api-key", API_KEY,
+    "--max-model-len", "512",
+    "--metrics-compat", "vllm",
+    "--request-timeout", "60",
+)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def api_server(llama_dir, tmp_path_factory):
+    server = LiveServer(llama_dir, tmp_path_factory.mktemp("api-server"), *SHARED_FLAGS)
+    try:
+        yield server.wait_ready()
+    finally:
+        server.terminate()
+
+
+@pytest.fixture
+def start_server(llama_dir, tmp_path):
+    """start_server(*flags) -> a ready LiveServer, terminated after the test."""
+    servers: list[LiveServer] = []
+
+    def start(*flags: str, ready: bool = True, model_dir=None) -> LiveServer:
+        model_dir = model_dir or llama_dir
+        server = LiveServer(model_dir, tmp_path, "--served-model-name", "tiny", *flags)
+        servers.append(server)
+        return server.wait_ready() if ready else server
+
+    yield start
+    for server in servers:
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.wait()

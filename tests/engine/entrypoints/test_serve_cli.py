@@ -1,0 +1,35 @@
+"""`pagoda serve` refuses bad flags before anything starts: exit 2 and one clear line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from pagoda.cli import main
+from tests.engine.entrypoints.live_server import ENV
+
+REFUSED = [
+    (["--enable-lora"], "LoRA adapters are not supported yet"),
+    (["--lora-modules", "sql=/adapters/sql"], "LoRA adapters are not supported yet"),
+    (["--lora-modules", "no-path"], "NAME=PATH"),
+    (["--max-loras", "0"], "--max-loras"),
+    (["--tensor-parallel-size", "2"], "tensor_parallel_size=2 is not supported yet"),
+    (["--max-model-len", "999999"], "max_model_len"),
+    (["--port", "70000"], "--port"),
+    (["--max-waiting-requests", "-1"], "--max-waiting-requests"),
+]
+
+
+@pytest.mark.parametrize(("flags", "message"), REFUSED, ids=[r[1][:24] for r in REFUSED])
+def test_bad_flags_exit_2_with_a_clear_message(llama_dir, flags, message, capsys):
+    # In process (the checks run before any server starts); a subprocess test is below.
+    assert main(["serve", str(llama_dir), *flags]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_missing_model_folder_is_refused_by_the_real_command(tmp_path):
+    command = [sys.executable, "-m", "pagoda.cli", "serve", str(tmp_path / "nowhere")]
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=120)
+    assert result.returncode == 2 and "does not exist" in result.stderr
