@@ -5,7 +5,7 @@ are real: the PodBacker runs `python -m pagoda.operator` for each, with the very
 chart rendered and a kubeconfig holding a token of the chart's ServiceAccount (TokenRequest
 API) — so every test that passes proves the chart's RBAC is enough. Engine pods the
 operator creates run `engine_stub.py` when their InferenceService asks to be backed
-(`BACKED`), else kwok fakes them Ready.
+(`backed()`), else kwok fakes them Ready.
 """
 
 from __future__ import annotations
@@ -29,8 +29,15 @@ ENGINE_STUB = Path(__file__).resolve().parent / "engine_stub.py"
 RELEASE = "pagoda"
 SYSTEM_NAMESPACE = "pagoda-system"
 OPERATOR_LABELS = {"app.kubernetes.io/instance": RELEASE, "app.kubernetes.io/component": "operator"}
-ENGINE_LABELS = {"app.kubernetes.io/managed-by": "pagoda-operator"}
-BACKED = {"e2e.pagoda.dev/backed": "true"}  # template.annotations: run the engine stub
+ENGINE_LABEL = "e2e.pagoda.dev/engine"  # which process backs an engine pod
+
+
+def backed(engine: str = "stub") -> dict[str, Any]:
+    """spec.template for engine pods run as real processes: `stub` (engine_stub.py) or the
+    name of a Backend a test registers itself."""
+    return {"annotations": {"e2e.pagoda.dev/backed": "true"}, "labels": {ENGINE_LABEL: engine}}
+
+
 GROUP, VERSION, PLURAL = "serving.pagoda.dev", "v1alpha1", "inferenceservices"
 PEERING_LIFETIME_S = 5  # how long the standby waits for a silent leader
 
@@ -64,7 +71,7 @@ def install(cluster: Cluster, api, backer: PodBacker, state_dir: Path) -> Operat
     kubeconfig = sa_kubeconfig(cluster, core, RELEASE, state_dir / "operator.kubeconfig")
     backer.register(Backend(OPERATOR_LABELS, operator_argv(api), {"KUBECONFIG": str(kubeconfig)}))
     engine = [sys.executable, str(ENGINE_STUB), "--host={pod_ip}", "--port={port}"]
-    backer.register(Backend(ENGINE_LABELS, engine, {"OMP_NUM_THREADS": "1"}))
+    backer.register(Backend({ENGINE_LABEL: "stub"}, engine, {"OMP_NUM_THREADS": "1"}))
     operator = Operator(kubeconfig, core)
     wait_for(lambda: len(operator.ready_pods()) == 2, "two operator replicas Ready", 60)
     return operator

@@ -49,7 +49,7 @@ def test_only_the_leader_acts_and_the_standby_takes_over(api, backer, pagoda_ope
     # kill the leader as soon as its reconcile of ha-b has written the Deployment, before
     # the (backed, so not instantly ready) pods let it finish the status
     apps = client.AppsV1Api(api)
-    env.create(api, namespace, env.isvc("ha-b", replicas=2, template={"annotations": env.BACKED}))
+    env.create(api, namespace, env.isvc("ha-b", replicas=2, template=env.backed()))
     wait_for(lambda: apps.list_namespaced_deployment(namespace).items[1:], "ha-b's Deployment", 30)
     os.kill(backer.pods[leader.metadata.uid].proc.pid, signal.SIGKILL)
 

@@ -1,16 +1,18 @@
 """The acceptance path: `helm install`, then an InferenceService with tensor parallelism
 4 becomes GPU pods on nodes with 4 free GPUs, a Service with real endpoints, and a status
-that tells the truth."""
+that tells the truth; and the real `pagoda serve` runs with the args the operator built."""
 
 from __future__ import annotations
 
 import json
+import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 from kubernetes import client
 
-from e2e import GPU_RESOURCE, wait_for
+from e2e import GPU_RESOURCE, Backend, wait_for
 from tests.e2e import operator_env as env
 
 pytestmark = pytest.mark.e2e
@@ -37,7 +39,7 @@ def test_tensor_parallel_service_is_scheduled_served_and_ready(
         "llama",
         engine={"tensorParallelSize": 4, "maxModelLen": 4096},
         replicas=2,
-        template={"annotations": env.BACKED},
+        template=env.backed(),
     )
     env.create(api, namespace, manifest)
     resource = env.wait_ready(api, namespace, "llama")
@@ -75,3 +77,54 @@ def test_tensor_parallel_service_is_scheduled_served_and_ready(
 
     table = env.kubectl(cluster, "get", "pisvc", "llama", "-n", namespace).stdout
     assert "hostpath:///var/lib/models/tiny" in table and "AllReplicasReady" in table
+
+
+def test_pagoda_serve_runs_with_the_args_the_operator_built(
+    api, backer, pagoda_operator, namespace, llama_dir
+):
+    """The pod's process is the real `pagoda serve` (two tensor-parallel ranks, gloo on
+    CPU) on a tiny Llama, started with exactly the command and args of the operator's
+    Deployment (model folder and bind address swapped for local ones)."""
+    template = env.backed("pagoda-serve")
+    manifest = env.isvc(
+        "chat",
+        model={"uri": "hostpath:///var/lib/models/tiny", "servedName": "tiny-chat"},
+        engine={"tensorParallelSize": 2, "maxModelLen": 512, "args": ["--max-num-seqs=8"]},
+        template=template,
+    )
+    env.create(api, namespace, manifest)
+    deployment = wait_for(
+        lambda: client.AppsV1Api(api).list_namespaced_deployment(namespace).items,
+        "the Deployment",
+        30,
+    )[0]
+    (container,) = deployment.spec.template.spec.containers
+    backer.register(
+        Backend(
+            template["labels"],
+            local_argv(container.command, container.args, str(llama_dir)),
+            {"OMP_NUM_THREADS": "1"},
+        )
+    )
+    env.wait_ready(api, namespace, "chat", timeout_s=180)  # torch starts in three processes
+
+    ((ip, port),) = ready_endpoints(api, namespace, "chat")
+    body = {"model": "tiny-chat", "prompt": "The paged KV cache", "max_tokens": 8}
+    request = urllib.request.Request(
+        f"http://{ip}:{port}/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as resp:
+        completion = json.load(resp)
+    assert completion["usage"]["completion_tokens"] == 8
+    with urllib.request.urlopen(f"http://{ip}:{port}/metrics", timeout=10) as resp:
+        assert 'pagoda:num_requests_running{model_name="tiny-chat"}' in resp.read().decode()
+
+
+def local_argv(command: list[str], args: list[str], model_dir: str) -> list[str]:
+    """The container's command line as a local process: `pagoda` from this environment,
+    the tiny model for MODEL_DIR, the pod's own IP and port instead of 0.0.0.0:8000."""
+    pagoda = str(Path(sys.executable).parent / command[0])
+    swapped = {"--host=0.0.0.0": "--host={pod_ip}", "--port=8000": "--port={port}"}
+    return [pagoda, *command[1:], model_dir, *(swapped.get(a, a) for a in args[1:])]
