@@ -31,8 +31,22 @@ def test_spec_update_rolls_and_a_new_revision_replaces_the_old(api, pagoda_opera
     assert "--max-model-len=2048" in rolled.spec.template.spec.containers[0].args
     assert "DeploymentUpdated" in env.event_reasons(api, namespace, "chat")
 
+    # the scale subresource (kubectl scale, an HPA) drives spec.replicas
+    env.objects(api).patch_namespaced_custom_object_scale(
+        env.GROUP, env.VERSION, namespace, env.PLURAL, "chat", {"spec": {"replicas": 3}}
+    )
+    env.wait_ready(api, namespace, "chat", generation=3)
+    scale = env.objects(api).get_namespaced_custom_object_scale(
+        env.GROUP, env.VERSION, namespace, env.PLURAL, "chat"
+    )
+    assert scale["status"] == {
+        "replicas": 3,
+        "selector": "serving.pagoda.dev/inferenceservice=chat",
+    }
+    assert apps.read_namespaced_deployment("chat-v1", namespace).spec.replicas == 3
+
     env.patch(api, namespace, "chat", {"spec": {"model": {"revision": "v2"}}})
-    resource = env.wait_ready(api, namespace, "chat", generation=3)
+    resource = env.wait_ready(api, namespace, "chat", generation=4)
     wait_for(lambda: list(deployments(api, namespace)) == ["chat-v2"], "v1 retired", 30)
     assert resource["status"]["currentRevision"] == "v2"
     assert "DeploymentRetired" in env.event_reasons(api, namespace, "chat")
