@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -270,10 +271,21 @@ class PodBacker:
         if pod.status and pod.status.pod_ip:  # a restarted backer keeps the pod's address
             return pod.status.pod_ip
         used = {b.ip for b in self.pods.values()}
+        port = podstatus.container_port(pod.spec.containers[0])
         for host in self.ip_range.hosts():
-            if str(host) not in used:
+            # Another cluster on this machine (a second test run) may serve there already.
+            if str(host) not in used and _can_bind(str(host), port):
                 return str(host)
         raise RuntimeError(f"no free address left in {self.ip_range}")
+
+
+def _can_bind(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def _ready(pod) -> str | None:

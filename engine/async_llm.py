@@ -144,15 +144,7 @@ class AsyncLLM:
         stream: asyncio.Queue = asyncio.Queue()
         with self._lock:
             self._check_alive()  # under the lock: _fail_all cannot miss this stream
-            if prepared.request_id in self.output_processor:
-                raise ValueError(f"request id {prepared.request_id!r} is already in use")
-            self.output_processor.add_request(
-                prepared.request_id,
-                prepared.prompt,
-                prepared.params,
-                [request.request_id for request in prepared.core_requests],
-                prepared.arrival_time,
-            )
+            self.output_processor.add_prepared(prepared)
             self._streams[prepared.request_id] = (asyncio.get_running_loop(), stream)
         try:
             self.core_client.add_requests(prepared.core_requests)

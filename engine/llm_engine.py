@@ -38,15 +38,7 @@ class LLMEngine:
         return self.input_processor.prepare(request_id, prompt, params, priority, cache_salt)
 
     def submit(self, prepared: PreparedRequest) -> None:
-        if prepared.request_id in self.output_processor:
-            raise ValueError(f"request id {prepared.request_id!r} is already in use")
-        self.output_processor.add_request(
-            prepared.request_id,
-            prepared.prompt,
-            prepared.params,
-            [request.request_id for request in prepared.core_requests],
-            prepared.arrival_time,
-        )
+        self.output_processor.add_prepared(prepared)
         for request in prepared.core_requests:
             self.core.add_request(request)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -12,6 +13,12 @@ from pagoda.engine.tools.tiny_model import make_tiny_model, sample_prompts
 from pagoda.engine.tools.tiny_tokenizer import random_sentence
 
 ARCHS = ("llama", "mistral", "qwen2", "qwen3")
+
+# Without a GPU, Triton kernels can only run in its interpreter, and Triton reads this
+# variable when it is first imported (transformers imports it too), so it is set for the
+# whole session before any test imports anything.
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
 
 # Tiny models gain nothing from intra-op threads, and OpenMP threads spinning against
 # other busy processes (a parallel build, a second test worker) slow tests many times over.

@@ -11,11 +11,8 @@ its in-flight requests, which needs the core. Shutting down is the parent's deci
 from __future__ import annotations
 
 import logging
-import multiprocessing
-import multiprocessing.connection
 import os
 import signal
-import threading
 
 import zmq
 
@@ -23,6 +20,7 @@ from pagoda.engine.config import EngineConfig
 from pagoda.engine.core import serial
 from pagoda.engine.core.core_loop import CoreMessage, EngineCoreLoop
 from pagoda.engine.core.messages import EngineCoreOutputs
+from pagoda.engine.process_lifetime import exit_with_parent
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +55,7 @@ def run_core_process(
     config: EngineConfig, input_address: str, output_address: str, log_level: int
 ) -> None:
     """The child's entry point; exits 0 on shutdown, 1 when the core dies."""
-    _exit_with_parent()
+    exit_with_parent()
     for signum in (signal.SIGINT, signal.SIGTERM):  # the parent drains, then stops us
         signal.signal(signum, signal.SIG_IGN)
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -90,16 +88,3 @@ def _serve(config: EngineConfig, transport: ZmqTransport) -> None:
     transport.outbound.send_multipart([serial.READY, serial.encode(core.kv_capacity_tokens)])
     logger.info("engine core ready in process %d", os.getpid())
     EngineCoreLoop(core, transport).run()
-
-
-def _exit_with_parent() -> None:
-    """A core without its frontend would hold the GPU forever: exit when the parent does."""
-    parent = multiprocessing.parent_process()
-    if parent is None:
-        return
-
-    def watch() -> None:
-        multiprocessing.connection.wait([parent.sentinel])
-        os._exit(1)
-
-    threading.Thread(target=watch, name="pagoda-parent-watch", daemon=True).start()

@@ -25,6 +25,7 @@ import torch
 
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.core.messages import SchedulerOutput
+from pagoda.engine.process_lifetime import exit_with_parent
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def run_worker(
     log_level: int,
 ) -> None:
     """The worker process's entry point (spawned by MultiprocExecutor)."""
-    _exit_with_parent()
+    exit_with_parent()
     # Rank 0 owns the lifetime: Ctrl-C or SIGTERM to the process group must not kill a
     # worker before rank 0 has shut the engine down.
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -162,16 +163,3 @@ def _start_heartbeat(heartbeats, rank: int, interval: float) -> None:
             time.sleep(interval)
 
     threading.Thread(target=beat, name="pagoda-heartbeat", daemon=True).start()
-
-
-def _exit_with_parent() -> None:
-    """A worker without rank 0 would hold its GPU forever: exit when the parent does."""
-    parent = multiprocessing.parent_process()
-    if parent is None:
-        return
-
-    def watch() -> None:
-        multiprocessing.connection.wait([parent.sentinel])
-        os._exit(1)
-
-    threading.Thread(target=watch, name="pagoda-parent-watch", daemon=True).start()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pagoda.engine.core.messages import EngineCoreOutput, Logprobs
 from pagoda.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from pagoda.engine.processing.detokenizer import IncrementalDetokenizer, find_stop_string
-from pagoda.engine.processing.input_processor import ProcessedPrompt
+from pagoda.engine.processing.input_processor import PreparedRequest, ProcessedPrompt
 from pagoda.engine.processing.stats import IterationStats, SampleTimes
 from pagoda.engine.sampling_params import SamplingParams
 
@@ -74,6 +74,18 @@ class OutputProcessor:
 
     def __len__(self) -> int:
         return len(self._requests)
+
+    def add_prepared(self, prepared: PreparedRequest) -> None:
+        """Track a checked request; ValueError if its id is already in use."""
+        if prepared.request_id in self._requests:
+            raise ValueError(f"request id {prepared.request_id!r} is already in use")
+        self.add_request(
+            prepared.request_id,
+            prepared.prompt,
+            prepared.params,
+            [request.request_id for request in prepared.core_requests],
+            prepared.arrival_time,
+        )
 
     def add_request(
         self,

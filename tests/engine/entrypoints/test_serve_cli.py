@@ -15,7 +15,7 @@ REFUSED = [
     (["--lora-modules", "sql=/adapters/sql"], "LoRA adapters are not supported yet"),
     (["--lora-modules", "no-path"], "NAME=PATH"),
     (["--max-loras", "0"], "--max-loras"),
-    (["--tensor-parallel-size", "2"], "tensor_parallel_size=2 is not supported yet"),
+    (["--tensor-parallel-size", "3"], "tensor_parallel_size=3 must divide"),
     (["--max-model-len", "999999"], "max_model_len"),
     (["--port", "70000"], "--port"),
     (["--max-waiting-requests", "-1"], "--max-waiting-requests"),
