@@ -43,3 +43,18 @@ def test_hf_peer_workloads_run(llama_dir):
     assert figures["output_tokens"] == 12
     latency = workloads.hf_latency(model, 8, 4, 16, iters=1, vocab_size=1000)
     assert latency["decode_tokens_per_s"] > 0
+
+
+def test_weights_handed_over_from_transformers_give_the_same_tokens(llama_dir, llm):
+    """What `pagoda bench` does to run the HF peer and Pagoda on the same weights."""
+    from transformers import AutoModelForCausalLM
+
+    from pagoda.engine import SamplingParams
+
+    hf = AutoModelForCausalLM.from_pretrained(llama_dir, dtype=torch.float32)
+    dummy = LLM(str(llama_dir), max_model_len=512, load_format="dummy")
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    before = dummy.generate("the cache", params)[0].outputs[0].token_ids
+    dummy.engine.core.runner.load_weights(hf.named_parameters())
+    expected = llm.generate("the cache", params)[0].outputs[0].token_ids
+    assert dummy.generate("the cache", params)[0].outputs[0].token_ids == expected != before
