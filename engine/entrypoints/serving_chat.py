@@ -26,13 +26,12 @@ from pagoda.engine.entrypoints.protocol import (
 from pagoda.engine.entrypoints.sampling import include_usage, sampling_params
 from pagoda.engine.entrypoints.state import ServerState
 from pagoda.engine.entrypoints.streaming import (
-    SSE_DONE,
     Deadline,
     cancel_on_disconnect,
     event_stream,
+    framed,
     last,
     sse,
-    sse_error,
 )
 from pagoda.engine.outputs import CompletionOutput
 from pagoda.engine.processing.input_processor import PreparedRequest
@@ -156,10 +155,10 @@ async def _complete(job: _Job) -> ChatCompletionResponse:
     )  # fmt: skip
 
 
-async def _stream(job: _Job, ticket: Ticket):
-    num_generated = 0
-    deadline = job.deadline()
-    try:
+def _stream(job: _Job, ticket: Ticket):
+    generated = [0]  # tokens so far, for the usage chunk
+
+    async def events():
         # OpenAI's first chunk of each choice names the role.
         first = [
             ChatChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=""))
@@ -168,18 +167,15 @@ async def _stream(job: _Job, ticket: Ticket):
         yield sse(_chunk(job, first))
         async for output in job.engine.generate(job.prepared, None, job.prepared.request_id):
             choices = [_chunk_choice(job, sample) for sample in output.outputs]
-            num_generated += sum(len(sample.token_ids) for sample in output.outputs)
+            generated[0] += sum(len(sample.token_ids) for sample in output.outputs)
             yield sse(_chunk(job, choices))
-        if deadline.expired:
-            yield sse_error(deadline.error())
-        elif include_usage(job.body):
-            yield sse(_chunk(job, [], job.usage(num_generated)))
-    except EngineDeadError as exc:
-        yield sse_error(engine_died(exc))
-    finally:
-        deadline.cancel()
-        ticket.release()
-    yield SSE_DONE
+
+    def usage_event() -> str | None:
+        if not include_usage(job.body):
+            return None
+        return sse(_chunk(job, [], job.usage(generated[0])))
+
+    return framed(events(), job.deadline, ticket, usage_event)
 
 
 def _chunk(job: _Job, choices: list[ChatChunkChoice], usage=None) -> ChatCompletionChunk:

@@ -24,15 +24,14 @@ from pagoda.engine.entrypoints.protocol import (
 from pagoda.engine.entrypoints.sampling import include_usage, sampling_params
 from pagoda.engine.entrypoints.state import ServerState
 from pagoda.engine.entrypoints.streaming import (
-    SSE_DONE,
     Deadline,
     cancel_on_disconnect,
     event_stream,
+    framed,
     gather_or_cancel,
     last,
     merge,
     sse,
-    sse_error,
 )
 from pagoda.engine.outputs import CompletionOutput
 from pagoda.engine.processing.input_processor import PreparedRequest
@@ -152,11 +151,11 @@ async def _complete(job: _Job) -> CompletionResponse:
     )  # fmt: skip
 
 
-async def _stream(job: _Job, ticket: Ticket):
-    num_generated = 0
-    started: set[int] = set()  # choices that sent their first chunk (echo goes there)
-    deadline = job.deadline()
-    try:
+def _stream(job: _Job, ticket: Ticket):
+    generated = [0]  # tokens so far, for the usage chunk
+
+    async def events():
+        started: set[int] = set()  # choices that sent their first chunk (echo goes there)
         streams = [job.engine.generate(p, None, p.request_id) for p in job.prepared]
         async for i, output in merge(streams):
             choices = []
@@ -164,18 +163,15 @@ async def _stream(job: _Job, ticket: Ticket):
                 index = i * job.n + sample.index
                 choices.append(_choice(job, i, sample, job.body.echo and index not in started))
                 started.add(index)
-                num_generated += len(sample.token_ids)
+                generated[0] += len(sample.token_ids)
             yield sse(_chunk(job, choices))
-        if deadline.expired:
-            yield sse_error(deadline.error())
-        elif include_usage(job.body):
-            yield sse(_chunk(job, [], job.usage(num_generated)))
-    except EngineDeadError as exc:
-        yield sse_error(engine_died(exc))
-    finally:
-        deadline.cancel()
-        ticket.release()
-    yield SSE_DONE
+
+    def usage_event() -> str | None:
+        if not include_usage(job.body):
+            return None
+        return sse(_chunk(job, [], job.usage(generated[0])))
+
+    return framed(events(), job.deadline, ticket, usage_event)
 
 
 def _chunk(job: _Job, choices: list[CompletionChoice], usage=None) -> CompletionResponse:

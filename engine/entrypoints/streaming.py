@@ -12,8 +12,9 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
+from pagoda.engine.async_llm import EngineDeadError
 from pagoda.engine.entrypoints.admission import Ticket
-from pagoda.engine.entrypoints.errors import APIError
+from pagoda.engine.entrypoints.errors import APIError, engine_died
 
 T = TypeVar("T")
 
@@ -43,6 +44,36 @@ def sse_error(error: APIError) -> str:
     """An error after the stream began (status 200 is already sent): vLLM's and OpenAI's form."""
     body = {"message": error.message, "type": error.type, "param": error.param, "code": error.code}
     return sse({"error": body})
+
+
+async def framed(
+    events: AsyncIterator[str],
+    start_deadline: Callable[[], Any],
+    ticket: Ticket,
+    usage_event: Callable[[], str | None],
+) -> AsyncIterator[str]:
+    """The frame every streamed response shares around its own events.
+
+    After them: the deadline's error if it expired, else the usage event (when asked for);
+    an engine that died mid-stream becomes an error event; `[DONE]` always ends it; the
+    deadline and the admission ticket are released however the stream ends. The deadline
+    starts when the stream does (a response whose client left first never starts one).
+    """
+    deadline = start_deadline()
+    try:
+        async for event in events:
+            yield event
+        if deadline.expired:
+            yield sse_error(deadline.error())
+        elif (usage := usage_event()) is not None:
+            yield usage
+    except EngineDeadError as exc:
+        yield sse_error(engine_died(exc))
+    finally:
+        deadline.cancel()
+        ticket.release()
+        await events.aclose()  # a client that left: abort its requests now, not at GC
+    yield SSE_DONE
 
 
 async def merge(iterators: list[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]:
