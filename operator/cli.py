@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from pagoda.operator.builders.context import DEFAULT_ENGINE_IMAGE
+    from pagoda.operator.images import DEFAULT_ENGINE_IMAGE
 
     parser.add_argument(
         "--engine-image",

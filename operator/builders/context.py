@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pagoda.operator.api.types import InferenceServiceSpec
-
-DEFAULT_ENGINE_IMAGE = "ghcr.io/pagoda-serving/pagoda-engine:0.1.0"
+from pagoda.operator.images import DEFAULT_ENGINE_IMAGE
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The offline engine needs none of the server's dependencies (the GPU image lacks them)."""
+"""The offline engine and `pagoda bench` need none of the server's or the operator's
+dependencies (the GPU image lacks them)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 
 # (httpx is not here: transformers needs it too)
 SERVER_ONLY = ["fastapi", "starlette", "uvicorn", "zmq", "msgspec", "prometheus_client", "openai"]
+OPERATOR_ONLY = ["kopf", "pydantic", "kubernetes"]
 
 SCRIPT = """
 import asyncio, importlib.abc, sys
@@ -24,7 +26,7 @@ sys.meta_path.insert(0, Block())
 from pagoda.engine import LLM, AsyncLLM, SamplingParams
 from pagoda.cli import build_parser
 
-build_parser()  # `pagoda --help` lists serve and bench without importing them
+build_parser()  # `pagoda --help` lists serve, bench and operator without importing them
 params = SamplingParams(max_tokens=3, temperature=0, ignore_eos=True)
 assert len(LLM({model!r}).generate("hi", params)[0].outputs[0].token_ids) == 3
 
@@ -48,7 +50,7 @@ print("ok")
 
 
 def test_llm_and_async_llm_run_without_the_server_dependencies(llama_dir):
-    script = SCRIPT.format(blocked=SERVER_ONLY, model=str(llama_dir))
+    script = SCRIPT.format(blocked=SERVER_ONLY + OPERATOR_ONLY, model=str(llama_dir))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
