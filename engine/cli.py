@@ -61,6 +61,14 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--scheduling-policy", default="fcfs", choices=["fcfs", "priority"])
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    parser.add_argument(
+        "--async-scheduling",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="launch each step before reading the last one's tokens "
+        "(default: on with tensor parallel size 1)",
+    )
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
@@ -77,6 +85,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         "kv_cache_memory_bytes": args.kv_cache_memory_bytes,
         "scheduling_policy": args.scheduling_policy,
         "tensor_parallel_size": args.tensor_parallel_size,
+        "enforce_eager": args.enforce_eager,
+        "async_scheduling": args.async_scheduling,
     }
 
 

@@ -45,6 +45,9 @@ class EngineConfig:
     prefix_cache_hash_seed: int | None = None  # None: random per engine
     load_format: str = "safetensors"  # or "dummy": random weights (benchmarks)
     enforce_eager: bool = False  # True: no CUDA graphs
+    # Schedule and launch step N+1 before reading step N's tokens, so host work overlaps
+    # the device's. Default: on with one rank in this process ('uni'), where it can be.
+    async_scheduling: bool | None = None
     served_model_name: str | None = None
 
     # Filled by resolve():
@@ -57,6 +60,7 @@ class EngineConfig:
         config.model_config = load_model_config(config.model)
         config.device = _resolve_device(config.device)
         config._check_tensor_parallel()
+        config.async_scheduling = config._resolve_async_scheduling()
         config.dtype = config._resolve_dtype()
         config.attention_backend = config._resolve_backend()
         config.max_model_len = config._resolve_max_model_len()
@@ -139,6 +143,18 @@ class EngineConfig:
                     f"(see {self.model}/config.json)"
                 )
         self._check_gpus()
+
+    def _resolve_async_scheduling(self) -> bool:
+        in_process = self.distributed_executor_backend == "uni"
+        if self.async_scheduling is None:
+            return in_process
+        if self.async_scheduling and not in_process:
+            raise ValueError(
+                "async_scheduling needs the model in this process (tensor_parallel_size=1, "
+                "distributed_executor_backend='uni'): tensor-parallel workers get each "
+                "step's tokens from the host"
+            )
+        return bool(self.async_scheduling)
 
     def _check_gpus(self) -> None:
         if not self.device.startswith("cuda"):

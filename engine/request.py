@@ -35,7 +35,10 @@ class Request:
     """One sequence being generated.
 
     The scheduler's single rule works on two counters: `num_computed_tokens` (tokens whose
-    KV is in the cache) catches up with `num_tokens` (prompt + generated so far).
+    KV is in the cache, or will be once the steps already launched run) catches up with
+    `num_tokens` (prompt + generated so far) plus `num_output_placeholders`: tokens being
+    sampled by launched steps whose results the scheduler has not seen yet (asynchronous
+    scheduling runs one step ahead of the results).
     """
 
     request_id: str
@@ -50,6 +53,7 @@ class Request:
     share_group: str | None = None  # the n samples of one prompt share its blocks
     output_token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
+    num_output_placeholders: int = 0
     num_cached_prompt_tokens: int = 0  # prefix-cache hit at first scheduling
     num_preemptions: int = 0
     status: RequestStatus = RequestStatus.WAITING
@@ -84,6 +88,11 @@ class Request:
     @property
     def num_tokens(self) -> int:
         return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def num_tokens_with_placeholders(self) -> int:
+        """Tokens the request will have once the launched steps' results are in."""
+        return self.num_tokens + self.num_output_placeholders
 
     @property
     def all_token_ids(self) -> list[int]:

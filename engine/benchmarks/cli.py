@@ -105,6 +105,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=4096)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    parser.add_argument(
+        "--async-scheduling",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="overlap host work with the GPU (default on)",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
 
 
@@ -142,6 +148,7 @@ class _Run:
             max_model_len=self.args.max_model_len,
             gpu_memory_utilization=self.args.gpu_memory_utilization,
             enforce_eager=self.args.enforce_eager,
+            async_scheduling=self.args.async_scheduling,
         )
         if self.hf_model is not None:
             llm.engine.core.runner.load_weights(self.hf_model.named_parameters())

@@ -3,17 +3,30 @@
 It knows token ids only; text lives in the frontend. `step()` schedules, runs the model
 on every tensor-parallel rank through the executor, and turns the sampled tokens into
 per-request outputs.
+
+With asynchronous scheduling a step launches the next batch before it reads the tokens of
+the batch before: the device always has the next step queued while the host applies
+results, emits outputs and schedules. Outputs then trail the launches by one step.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
-from pagoda.engine.core.messages import EngineCoreOutput, EngineCoreRequest, SchedulerStats
+from pagoda.engine.core.messages import (
+    EngineCoreOutput,
+    EngineCoreRequest,
+    SchedulerOutput,
+    SchedulerStats,
+)
 from pagoda.engine.core.scheduler import Scheduler
 from pagoda.engine.request import Request
+
+if TYPE_CHECKING:
+    from pagoda.engine.runner.pending_output import PendingOutput
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +52,8 @@ class EngineCore:
             hash_seed=config.prefix_cache_hash_seed,
         )
         self.scheduler = Scheduler(config.scheduler_config(), self.kv_cache)
+        self.async_scheduling = config.async_scheduling
+        self._in_flight: tuple[SchedulerOutput, PendingOutput] | None = None
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -55,12 +70,23 @@ class EngineCore:
         return self.scheduler.abort_requests(request_ids)
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished_requests()
+        return self.scheduler.has_unfinished_requests() or self._in_flight is not None
 
     def step(self) -> list[EngineCoreOutput]:
         scheduled = self.scheduler.schedule()
-        result = self.executor.execute(scheduled)
-        return self.scheduler.update_from_output(scheduled, result)
+        launched = self.executor.execute(scheduled)
+        if not self.async_scheduling:
+            return self.scheduler.update_from_output(scheduled, launched.result())
+        previous, self._in_flight = self._in_flight, (scheduled, launched)
+        outputs = [] if previous is None else self._finish(previous)
+        if scheduled.is_empty:  # nothing new is running: finish the empty step too
+            outputs += self._finish(self._in_flight)
+            self._in_flight = None
+        return outputs
+
+    def _finish(self, step: tuple[SchedulerOutput, PendingOutput]) -> list[EngineCoreOutput]:
+        scheduled, launched = step
+        return self.scheduler.update_from_output(scheduled, launched.result())
 
     def stats(self) -> SchedulerStats:
         return self.scheduler.stats()

@@ -61,7 +61,8 @@ class KVCacheManager:
         return len(self.req_blocks.get(request_id, ()))
 
     def mark_step_computed(self) -> None:
-        """The scheduled step ran: every block indexed for it now holds its K/V."""
+        """The scheduled step was launched: every block indexed for it will hold its K/V
+        before any later step reads it (steps run in order on the device)."""
         self._indexed_this_step.clear()
 
     def get_computed_blocks(self, request: Request) -> tuple[list[KVCacheBlock], int]:
@@ -152,7 +153,9 @@ class KVCacheManager:
     ) -> None:
         request_id = request.request_id
         start = self._num_cached_blocks.get(request_id, num_hit)
-        end = num_tokens // self.block_size
+        # Only blocks of known tokens: a placeholder's token (asynchronous scheduling) has
+        # no hash yet, so its block is indexed by a later step.
+        end = min(num_tokens, request.num_tokens) // self.block_size
         if end <= start:
             return
         self._update_hashes(request)

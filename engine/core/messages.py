@@ -54,6 +54,7 @@ class CachedRequestData:
 
 @dataclass(slots=True)
 class SchedulerOutput:
+    step_id: int = 0  # counts the scheduler's steps: results are matched to their step
     new_requests: list[NewRequestData] = field(default_factory=list)
     cached_requests: list[CachedRequestData] = field(default_factory=list)
     num_scheduled_tokens: dict[str, int] = field(default_factory=dict)

@@ -4,6 +4,14 @@ Each request has `num_computed_tokens` and `num_tokens`; every step hands out a 
 budget so the first catches up with the second. Running requests are served first, then
 waiting ones. Chunked prefill falls out of the budget; when blocks run out the policy's
 victim (the newest under FCFS) is preempted and recomputed later.
+
+A step's tokens count as computed as soon as it is scheduled, and a step that reaches the
+end of a request's tokens leaves an output placeholder until its sampled token comes back
+(`update_from_output`). That lets the engine schedule and launch step N+1 before step N's
+results are read (asynchronous scheduling): a decode request then computes the token that
+step N is sampling, which the model runner takes from the GPU. A request that stops on
+step N's token has one wasted token computed in step N+1; one whose length cap the
+in-flight tokens already reach is not scheduled again.
 """
 
 from __future__ import annotations
@@ -55,6 +63,10 @@ class Scheduler:
         # How many of each request's block ids the runner holds (absent: runner never saw it).
         self._num_sent_blocks: dict[str, int] = {}
         self.num_preemptions_total = 0
+        self._next_step_id = 0
+        # Per step whose results are not in yet: the requests it samples for. A result is
+        # applied only to the same request object (an aborted id may be reused meanwhile).
+        self._sampling_requests: dict[int, dict[str, Request]] = {}
 
     # -- requests in and out ---------------------------------------------------------
 
@@ -85,19 +97,42 @@ class Scheduler:
     # -- one step --------------------------------------------------------------------
 
     def schedule(self) -> SchedulerOutput:
-        out = SchedulerOutput(finished_request_ids=self._finished_ids)
+        # The engine launched every step scheduled before this one: their K/V will be there.
+        self.kv_cache.mark_step_computed()
+        out = SchedulerOutput(step_id=self._next_step_id, finished_request_ids=self._finished_ids)
+        self._next_step_id += 1
         self._finished_ids = set()
         budget, preempted = self._schedule_running(out, self.config.max_num_batched_tokens)
         if not preempted:  # blocks are short: let the running requests drain first
             self._schedule_waiting(out, budget)
+        self._advance(out)
         return out
+
+    def _advance(self, out: SchedulerOutput) -> None:
+        """Count the step's tokens as computed; the requests it samples for get a placeholder."""
+        sampling = {}
+        for request_id, num_tokens in out.num_scheduled_tokens.items():
+            request = self.requests[request_id]
+            request.num_computed_tokens += num_tokens
+            if request.num_computed_tokens == request.num_tokens_with_placeholders:
+                request.num_output_placeholders += 1
+                sampling[request_id] = request
+        if sampling:
+            self._sampling_requests[out.step_id] = sampling
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> tuple[int, bool]:
         preempted = False
         index = 0
         while index < len(self.running) and budget > 0:
             request = self.running[index]
-            num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+            if request.num_output_placeholders and (
+                request.num_tokens_with_placeholders >= request.max_total_tokens
+            ):
+                index += 1  # the tokens in flight reach its length cap: nothing left to do
+                continue
+            num_new = min(
+                request.num_tokens_with_placeholders - request.num_computed_tokens, budget
+            )
             while not self.kv_cache.allocate_slots(request, num_new):
                 victim = self.waiting.pick_victim(self.running)
                 victim_index = self.running.index(victim)
@@ -116,6 +151,8 @@ class Scheduler:
     def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
         while len(self.waiting) and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.peek()
+            if request.num_output_placeholders:
+                break  # preempted with a token in flight: it resumes once the token is in
             computed_blocks, num_hit = self.kv_cache.get_computed_blocks(request)
             num_new = request.num_tokens - num_hit
             if num_new > budget and not self.config.enable_chunked_prefill:
@@ -189,19 +226,20 @@ class Scheduler:
     def update_from_output(
         self, scheduled: SchedulerOutput, result: ModelRunnerOutput
     ) -> list[EngineCoreOutput]:
-        self.kv_cache.mark_step_computed()
+        """Apply a step's sampled tokens (steps are applied in the order they were scheduled)."""
         outputs = []
-        for request_id, num_tokens in scheduled.num_scheduled_tokens.items():
-            request = self.requests.get(request_id)
-            if request is None:
-                continue  # aborted while the step ran
-            request.num_computed_tokens += num_tokens
-            token_id = result.sampled_token_ids.get(request_id)
-            if token_id is None:
-                continue  # a prefill chunk that did not reach the end of the prompt
+        for request_id, request in self._sampling_requests.pop(scheduled.step_id, {}).items():
+            if self.requests.get(request_id) is not request:
+                continue  # finished or aborted while the step ran
+            token_id = result.sampled_token_ids[request_id]
+            request.num_output_placeholders -= 1
             request.append_output_token(token_id)
+            was_running = request.status == RequestStatus.RUNNING  # or preempted meanwhile
             if request.check_stop():
-                self.running.remove(request)
+                if was_running:
+                    self.running.remove(request)
+                else:
+                    self.waiting.remove(request)
                 self._finish(request)
             logprobs = result.logprobs.get(request_id)
             outputs.append(self._output(request, [token_id], [logprobs] if logprobs else None))

@@ -7,8 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 from pagoda.engine.config import EngineConfig
-from pagoda.engine.core.messages import ModelRunnerOutput, SchedulerOutput
+from pagoda.engine.core.messages import SchedulerOutput
 from pagoda.engine.runner import kv_cache
+from pagoda.engine.runner.pending_output import PendingOutput
 
 
 class WorkerFailedError(RuntimeError):
@@ -29,8 +30,9 @@ class Executor(abc.ABC):
         """Call a ModelRunner method on every rank at once; the results in rank order."""
 
     @abc.abstractmethod
-    def execute(self, scheduled: SchedulerOutput) -> ModelRunnerOutput:
-        """Run one scheduler step on every rank; rank 0's sampled tokens."""
+    def execute(self, scheduled: SchedulerOutput) -> PendingOutput:
+        """Launch one scheduler step on every rank; rank 0's sampled tokens come from
+        `result()` (which may wait for the device)."""
 
     def add_failure_listener(self, listener: FailureListener) -> None:  # noqa: B027
         """`listener(error)` runs (in another thread) if a worker dies or hangs, even while

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from pagoda.engine.config import EngineConfig
-from pagoda.engine.core.messages import ModelRunnerOutput, SchedulerOutput
+from pagoda.engine.core.messages import SchedulerOutput
 from pagoda.engine.distributed import process_group
 from pagoda.engine.executor.base import Executor, FailureListener, WorkerFailedError
 from pagoda.engine.executor.watchdog import (
@@ -33,6 +33,7 @@ from pagoda.engine.executor.watchdog import (
     kill_workers,
 )
 from pagoda.engine.executor.worker import CALL, OK, SHUTDOWN, STEP, WorkerStep, run_worker
+from pagoda.engine.runner.pending_output import PendingOutput
 
 logger = logging.getLogger(__name__)
 
@@ -94,15 +95,17 @@ class MultiprocExecutor(Executor):
 
     # -- the hot path ---------------------------------------------------------------
 
-    def execute(self, scheduled: SchedulerOutput) -> ModelRunnerOutput:
+    def execute(self, scheduled: SchedulerOutput) -> PendingOutput:
+        """Runs the step to its end: the workers need its tokens with the next step (so
+        the engine schedules synchronously under tensor parallelism)."""
         self._check_alive()
         self._broadcast((STEP, WorkerStep(scheduled, self._sampled)))
         try:
-            output = self.runner.execute(scheduled)
+            output = self.runner.execute(scheduled).result()
         except BaseException as exc:  # Ctrl-C too: the ranks are out of step after it
             raise self._failed(exc) from exc
         self._sampled = output.sampled_token_ids
-        return output
+        return PendingOutput(output)
 
     # -- calls with replies ---------------------------------------------------------
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from pagoda.engine.config import EngineConfig
-from pagoda.engine.core.messages import ModelRunnerOutput, SchedulerOutput
+from pagoda.engine.core.messages import SchedulerOutput
 from pagoda.engine.executor.base import Executor
+from pagoda.engine.runner.pending_output import PendingOutput
 
 
 class UniprocExecutor(Executor):
@@ -19,5 +20,5 @@ class UniprocExecutor(Executor):
     def collective_rpc(self, method: str, *args: Any) -> list[Any]:
         return [getattr(self.runner, method)(*args)]
 
-    def execute(self, scheduled: SchedulerOutput) -> ModelRunnerOutput:
+    def execute(self, scheduled: SchedulerOutput) -> PendingOutput:
         return self.runner.execute(scheduled)

@@ -4,6 +4,9 @@ Order as in vLLM: min_tokens mask, penalties, (greedy argmax here), temperature,
 top_k/top_p, then sampling by the exponential race argmax(p / q) with q ~ Exp(1), which
 lets each seeded request draw its q from its own generator: a seeded request samples the
 same tokens whatever else is in the batch. Logprobs are of the raw model distribution.
+
+Everything stays on the device: `SampledOnHost` queues the copy of a step's results to the
+host and reads them only when asked, so the engine can launch the next step first.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from pagoda.engine.core.messages import Logprobs
 class SamplingBatch:
     """Per-row sampling settings, one row per request that samples this step."""
 
-    temperature: torch.Tensor  # [rows] fp32; rows with greedy set are ignored
-    greedy: torch.Tensor  # [rows] bool
+    temperature: torch.Tensor | None  # [rows] fp32, ignored for greedy rows; None: all greedy
+    greedy: torch.Tensor | None  # [rows] bool; None: all greedy
     all_greedy: bool  # known on the host: no device sync to decide
     top_k: torch.Tensor | None  # [rows] int64, vocab size = off
     top_p: torch.Tensor | None  # [rows] fp32
@@ -42,9 +45,84 @@ class Penalties:
 
 
 @dataclass
+class LogprobsTensors:
+    """Logprobs of the rows that asked for them, still on the device."""
+
+    rows: list[int]  # batch rows, in the order of the tensors' first dimension
+    num_top: list[int]  # how many alternatives each of those rows asked for
+    chosen_ids: torch.Tensor  # [len(rows)] int64
+    chosen_logprobs: torch.Tensor  # [len(rows)] fp32
+    ranks: torch.Tensor  # [len(rows)] int64, 1 = the most likely token
+    top_logprobs: torch.Tensor | None  # [len(rows), max k]
+    top_ids: torch.Tensor | None  # [len(rows), max k]
+
+
+@dataclass
 class SamplerOutput:
-    token_ids: list[int]
-    logprobs: dict[int, Logprobs]  # row → logprobs, for rows that asked
+    token_ids: torch.Tensor  # [rows] int64, on the logits' device
+    logprobs: LogprobsTensors | None  # None: no row asked
+
+
+class SampledOnHost:
+    """A step's sampled tokens (and logprobs) on their way to the host.
+
+    The copies are queued behind the step's kernels into pinned memory and an event marks
+    their end: creating this never waits for the device; `wait()` does, once.
+    """
+
+    def __init__(self, out: SamplerOutput) -> None:
+        self._logprobs = out.logprobs
+        device_tensors = [out.token_ids]
+        if out.logprobs is not None:
+            lp = out.logprobs
+            device_tensors += [lp.chosen_ids, lp.chosen_logprobs, lp.ranks]
+            if lp.top_ids is not None:
+                device_tensors += [lp.top_logprobs, lp.top_ids]
+        self._host = [_copy_to_host(tensor) for tensor in device_tensors]
+        self._event = None
+        if out.token_ids.is_cuda:
+            self._event = torch.cuda.Event()
+            self._event.record()
+        self._result: tuple[list[int], dict[int, Logprobs]] | None = None
+
+    def wait(self) -> tuple[list[int], dict[int, Logprobs]]:
+        """(token id per row, row → logprobs for rows that asked)."""
+        if self._result is None:
+            if self._event is not None:
+                self._event.synchronize()
+            token_ids = self._host[0].tolist()
+            self._result = token_ids, self._logprobs_by_row()
+        return self._result
+
+    def _logprobs_by_row(self) -> dict[int, Logprobs]:
+        if self._logprobs is None:
+            return {}
+        lp = self._logprobs
+        chosen, chosen_lp, ranks = (t.tolist() for t in self._host[1:4])
+        top_lp, top_ids = (
+            (t.tolist() for t in self._host[4:6]) if lp.top_ids is not None else ((), ())
+        )
+        out = {}
+        for i, (row, k) in enumerate(zip(lp.rows, lp.num_top, strict=True)):
+            top = list(zip(top_ids[i][:k], top_lp[i][:k], strict=True)) if k else []
+            out[row] = Logprobs(chosen[i], chosen_lp[i], ranks[i], top)
+        return out
+
+
+def _copy_to_host(tensor: torch.Tensor) -> torch.Tensor:
+    if not tensor.is_cuda:
+        return tensor
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    return host.copy_(tensor, non_blocking=True)
+
+
+def host_to_device(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Small host values to the device without waiting: a copy from pageable memory may
+    wait for the device's queue to drain, which would stall the engine's overlap."""
+    tensor = torch.tensor(values, dtype=dtype)
+    if device.type != "cuda":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 class Sampler:
@@ -58,14 +136,16 @@ class Sampler:
             raw_logprobs = logits.log_softmax(dim=-1)
         logits = self._process(logits, batch)
         token_ids = self._sample(logits, batch)
-        logprobs = {} if raw_logprobs is None else _gather_logprobs(raw_logprobs, token_ids, batch)
-        return SamplerOutput(token_ids.tolist(), logprobs)
+        logprobs = (
+            None if raw_logprobs is None else _gather_logprobs(raw_logprobs, token_ids, batch)
+        )
+        return SamplerOutput(token_ids, logprobs)
 
     def _process(self, logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
         if batch.banned or batch.penalties is not None:
             logits = logits.clone()
         for row, token_ids in batch.banned:
-            logits[row, token_ids] = float("-inf")
+            logits[row, host_to_device(token_ids, torch.int64, logits.device)] = float("-inf")
         if batch.penalties is not None:
             logits = apply_penalties(logits, batch.penalties)
         return logits
@@ -123,20 +203,13 @@ def apply_top_k_top_p(
 
 def _gather_logprobs(
     raw: torch.Tensor, token_ids: torch.Tensor, batch: SamplingBatch
-) -> dict[int, Logprobs]:
+) -> LogprobsTensors:
     rows = [row for row, k in enumerate(batch.num_logprobs) if k is not None]
-    max_k = max(batch.num_logprobs[row] for row in rows)
-    index = torch.tensor(rows, device=raw.device)
+    num_top = [batch.num_logprobs[row] for row in rows]
+    index = host_to_device(rows, torch.int64, raw.device)
     selected = raw[index]  # [len(rows), vocab]
     chosen = token_ids[index]
     chosen_lp = selected.gather(-1, chosen[:, None])  # [len(rows), 1]
     ranks = (selected > chosen_lp).sum(dim=-1) + 1
-    top_lp, top_ids = selected.topk(max_k, dim=-1) if max_k else (None, None)
-    out = {}
-    for i, row in enumerate(rows):
-        k = batch.num_logprobs[row]
-        top = (
-            [] if not k else list(zip(top_ids[i, :k].tolist(), top_lp[i, :k].tolist(), strict=True))
-        )
-        out[row] = Logprobs(int(chosen[i]), float(chosen_lp[i, 0]), int(ranks[i]), top)
-    return out
+    top_lp, top_ids = selected.topk(max(num_top), dim=-1) if max(num_top) else (None, None)
+    return LogprobsTensors(rows, num_top, chosen, chosen_lp[:, 0], ranks, top_lp, top_ids)

@@ -5,6 +5,9 @@ CUDA graphs can be captured over fixed addresses. A decode batch may be padded u
 captured graph's size: padding rows attend to one slot of a scratch block that no request
 owns (the cache has one block more than the scheduler knows), so kernels need no special
 case for them and their outputs are ignored.
+
+Tokens the step before sampled and the host has not seen yet (asynchronous scheduling) are
+gathered from that step's device tensor straight into the input ids.
 """
 
 from __future__ import annotations
@@ -49,6 +52,10 @@ class InputBuffers:
             "seq_lens": ((max_seqs,), torch.int32),
             "block_tables": ((max_seqs, max_blocks_per_seq), torch.int32),
             "logits_indices": ((max_seqs,), torch.int64),
+            # tokens still on the device: where they go in input_ids, and from which row
+            # of the previous step's sampled tokens
+            "device_token_dst": ((max_seqs,), torch.int64),
+            "device_token_src": ((max_seqs,), torch.int64),
         }
         self.host = {
             name: torch.zeros(shape, dtype=dtype, pin_memory=pin)
@@ -63,8 +70,18 @@ class InputBuffers:
         # samples nothing never syncs, so the next one must wait before overwriting.
         self._copied = torch.cuda.Event() if pin else None
 
-    def load(self, batch: HostBatch, pad_to: int | None = None, num_splits: int = 1) -> ModelInputs:
-        """Stage the batch (padded to `pad_to` decode rows) and start copying it over."""
+    def load(
+        self,
+        batch: HostBatch,
+        pad_to: int | None = None,
+        num_splits: int = 1,
+        previous_sampled: tuple[torch.Tensor, list[int]] | None = None,
+    ) -> ModelInputs:
+        """Stage the batch (padded to `pad_to` decode rows) and start copying it over.
+
+        previous_sampled: (the last step's sampled token ids on the device, the row of each
+        of `batch.tokens_on_device` in it).
+        """
         rows = pad_to or batch.num_seqs
         tokens = rows if pad_to else batch.num_tokens
         width = batch.block_tables.shape[1]
@@ -90,6 +107,8 @@ class InputBuffers:
         self._copy("seq_lens", rows)
         self._copy("query_start_loc", rows + 1)
         self._copy("logits_indices", num_sampling)
+        if batch.tokens_on_device:
+            self._gather_device_tokens(batch, previous_sampled)
         dev_tables = self.dev["block_tables"]
         dev_tables[:rows, :width].copy_(self.host["block_tables"][:rows, :width], non_blocking=True)
         if self._copied is not None:
@@ -113,6 +132,20 @@ class InputBuffers:
             logits_indices=self.dev["logits_indices"][:num_sampling],
             num_rows=rows,
         )
+
+    def _gather_device_tokens(
+        self, batch: HostBatch, previous_sampled: tuple[torch.Tensor, list[int]] | None
+    ) -> None:
+        if previous_sampled is None:
+            raise RuntimeError("the batch needs the previous step's tokens, but none were given")
+        sampled, rows = previous_sampled
+        count = len(rows)
+        self.host_np["device_token_dst"][:count] = [index for index, _ in batch.tokens_on_device]
+        self.host_np["device_token_src"][:count] = rows
+        self._copy("device_token_dst", count)
+        self._copy("device_token_src", count)
+        tokens = sampled.index_select(0, self.dev["device_token_src"][:count])
+        self.dev["input_ids"].index_copy_(0, self.dev["device_token_dst"][:count], tokens)
 
     @staticmethod
     def _fill(target: np.ndarray, values: np.ndarray, length: int, pad_value: int) -> None:

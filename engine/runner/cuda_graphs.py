@@ -87,4 +87,5 @@ def _padding_batch() -> HostBatch:
         block_tables=np.zeros((0, 1), dtype=np.int32),
         logits_indices=empty,
         sampling_states=[],
+        tokens_on_device=[],
     )

@@ -1,7 +1,10 @@
 """The runner's copy of each request, and the flattened tensors for one forward pass.
 
 The runner keeps its own token ids (it samples them) and block ids (from the scheduler's
-per-step diffs), so each step's message only carries what changed.
+per-step diffs), so each step's message only carries what changed. Under asynchronous
+scheduling a request's last token may still be on the device (sampled by the step before,
+not yet copied back): the batch then names where that token goes and the runner fills it
+in on the device.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import numpy as np
 import torch
 
 from pagoda.engine.core.messages import SchedulerOutput
-from pagoda.engine.layers.sampler import Penalties, SamplingBatch
+from pagoda.engine.layers.sampler import Penalties, SamplingBatch, host_to_device
 from pagoda.engine.sampling_params import SamplingParams
 
 
@@ -25,10 +28,11 @@ class RequestState:
     params: SamplingParams
     generator: torch.Generator | None
     num_computed_tokens: int = 0
+    num_pending: int = 0  # sampled by launched steps, not in token_ids yet
 
     @property
     def num_output_tokens(self) -> int:
-        return len(self.token_ids) - self.num_prompt_tokens
+        return len(self.token_ids) + self.num_pending - self.num_prompt_tokens
 
 
 @dataclass
@@ -43,6 +47,9 @@ class HostBatch:
     block_tables: np.ndarray  # [num_seqs, widest table] int32
     logits_indices: np.ndarray  # [rows]: last token of each sequence that samples
     sampling_states: list[RequestState]  # one per row of the logits
+    # (index in input_ids, request) for tokens still on the device: each one is the
+    # request's newest token, sampled by the step before this one.
+    tokens_on_device: list[tuple[int, RequestState]]
 
     @property
     def num_tokens(self) -> int:
@@ -85,8 +92,10 @@ def build_host_batch(
         + positions % block_size
     )
     seq_lens = (starts + counts).astype(np.int32)
-    input_ids = _token_ids(request_states, starts, counts, num_tokens)
-    samples = [i for i, s in enumerate(request_states) if seq_lens[i] == len(s.token_ids)]
+    input_ids, tokens_on_device = _token_ids(request_states, starts, counts, query_start_loc)
+    samples = [
+        i for i, s in enumerate(request_states) if seq_lens[i] == len(s.token_ids) + s.num_pending
+    ]
     return HostBatch(
         input_ids=input_ids,
         positions=positions,
@@ -96,20 +105,35 @@ def build_host_batch(
         block_tables=block_tables,
         logits_indices=(query_start_loc[1:] - 1)[samples].astype(np.int64),
         sampling_states=[request_states[i] for i in samples],
+        tokens_on_device=tokens_on_device,
     )
 
 
-def _token_ids(states: list[RequestState], starts, counts, num_tokens: int) -> np.ndarray:
+def _token_ids(
+    states: list[RequestState], starts, counts, query_start_loc
+) -> tuple[np.ndarray, list[tuple[int, RequestState]]]:
+    """The batch's input ids (0 where the token is still on the device) and those places."""
+    num_tokens = int(query_start_loc[-1])
+    on_device = []
     if num_tokens == len(states):  # decode: one token each, no slicing
-        return np.fromiter(
-            (s.token_ids[int(p)] for s, p in zip(states, starts, strict=True)),
-            dtype=np.int64,
-            count=num_tokens,
-        )
-    chunks = [
-        s.token_ids[int(a) : int(a + c)] for s, a, c in zip(states, starts, counts, strict=True)
-    ]
-    return np.fromiter((t for chunk in chunks for t in chunk), dtype=np.int64, count=num_tokens)
+        ids = []
+        for index, (state, position) in enumerate(zip(states, starts.tolist(), strict=True)):
+            if position < len(state.token_ids):
+                ids.append(state.token_ids[position])
+            else:
+                ids.append(0)
+                on_device.append((index, state))
+        return np.array(ids, dtype=np.int64), on_device
+    ids = []
+    for state, start, count, offset in zip(
+        states, starts.tolist(), counts.tolist(), query_start_loc[:-1].tolist(), strict=True
+    ):
+        chunk = state.token_ids[start : start + count]
+        if len(chunk) < count:  # only the newest token can be missing
+            on_device.append((offset + count - 1, state))
+            chunk = [*chunk, 0]
+        ids.extend(chunk)
+    return np.array(ids, dtype=np.int64), on_device
 
 
 def _pad(rows: list[list[int]]) -> np.ndarray:
@@ -130,13 +154,14 @@ def build_sampling_batch(
     top_k = [p.top_k or vocab_size for p in params]
     top_p = [p.top_p for p in params]
     min_p = [p.min_p for p in params]
+    all_greedy = all(greedy)
     return SamplingBatch(
-        temperature=_floats([p.temperature for p in params], device),
-        greedy=torch.tensor(greedy, dtype=torch.bool).to(device, non_blocking=True),
-        all_greedy=all(greedy),
+        temperature=None if all_greedy else _floats([p.temperature for p in params], device),
+        greedy=None if all_greedy else host_to_device(greedy, torch.bool, device),
+        all_greedy=all_greedy,
         top_k=None
         if all(k == vocab_size for k in top_k)
-        else torch.tensor(top_k).to(device, non_blocking=True),
+        else host_to_device(top_k, torch.int64, device),
         top_p=None if all(p == 1.0 for p in top_p) else _floats(top_p, device),
         min_p=None if all(p == 0.0 for p in min_p) else _floats(min_p, device),
         generators={i: s.generator for i, s in enumerate(states) if s.generator is not None},
@@ -177,11 +202,16 @@ def _penalties(
         repetition=_floats([p.repetition_penalty for p in params], device),
         presence=_floats([p.presence_penalty for p in params], device),
         frequency=_floats([p.frequency_penalty for p in params], device),
-        seen_mask=seen.to(device, non_blocking=True),
-        output_counts=counts.to(device, non_blocking=True),
+        seen_mask=_to_device(seen, device),
+        output_counts=_to_device(counts, device),
     )
 
 
+def _to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    if device.type != "cuda":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)  # pinned: no wait (sampler.py)
+
+
 def _floats(values: list[float], device: torch.device) -> torch.Tensor:
-    # Built on the host and copied without waiting, so no step blocks on the GPU here.
-    return torch.tensor(values, dtype=torch.float32).to(device, non_blocking=True)
+    return host_to_device(values, torch.float32, device)

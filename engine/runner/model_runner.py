@@ -3,8 +3,9 @@
 It loads the model, sizes and binds the KV cache, and turns each scheduler step into one
 forward over a flattened ragged batch, then samples the next token of every sequence that
 caught up with its known tokens. On a GPU, decode steps replay captured CUDA graphs.
-Inputs for a step are staged on the host and copied asynchronously; the only wait per
-step is for the sampled token ids.
+Inputs for a step are staged on the host and copied asynchronously, and `execute` returns
+before the device has finished: the sampled tokens are read when the engine asks for them
+(pending_output.py), after it has launched the next step.
 
 With tensor parallelism every rank runs a ModelRunner over its share of the weights and
 the same scheduler steps; only the driver (rank 0) samples, and the others learn its
@@ -22,7 +23,7 @@ from pathlib import Path
 import torch
 
 from pagoda.engine.config import EngineConfig
-from pagoda.engine.core.messages import ModelRunnerOutput, NewRequestData, SchedulerOutput
+from pagoda.engine.core.messages import NewRequestData, SchedulerOutput
 from pagoda.engine.distributed.parallel import SINGLE, TensorParallel, num_kv_heads_per_rank
 from pagoda.engine.layers.attention import Attention, make_backend
 from pagoda.engine.layers.sampler import Sampler
@@ -38,6 +39,7 @@ from pagoda.engine.runner.input_batch import (
     build_host_batch,
     build_sampling_batch,
 )
+from pagoda.engine.runner.pending_output import PendingOutput, SampledStep
 from pagoda.engine.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -62,6 +64,7 @@ class ModelRunner:
         self.num_heads = self.model_config.num_heads // tp.size  # this rank's share
         self.num_kv_heads = num_kv_heads_per_rank(self.model_config.num_kv_heads, tp.size)
         self.requests: dict[str, RequestState] = {}
+        self._last_sampled: SampledStep | None = None  # its tokens feed the next step
         self.model = self._build_model()
         if config.load_format == "safetensors":
             self.load_weights(iterate_tensors(checkpoint_files(Path(config.model))))
@@ -169,8 +172,9 @@ class ModelRunner:
         tokens_each = budget // num_seqs
         self.init_kv_cache(num_seqs * -(-tokens_each // self.config.block_size))
         torch.cuda.reset_peak_memory_stats(self.device)
-        self.execute(self._dummy_step(num_seqs, tokens_each))
+        self.execute(self._dummy_step(num_seqs, tokens_each)).result()
         self._update_states(SchedulerOutput(finished_request_ids=set(self.requests)))
+        self._last_sampled = None
         torch.cuda.synchronize(self.device)
         peak = torch.cuda.max_memory_allocated(self.device) - sum(
             cache.numel() * cache.element_size() for cache in self.kv_caches
@@ -211,14 +215,17 @@ class ModelRunner:
                 state.token_ids.append(token_id)
 
     @torch.inference_mode()
-    def execute(self, scheduled: SchedulerOutput) -> ModelRunnerOutput:
+    def execute(self, scheduled: SchedulerOutput) -> PendingOutput:
+        """Queue one step on the device; its sampled tokens come from `result()`."""
         self._update_states(scheduled)
         if scheduled.is_empty:
-            return ModelRunnerOutput()
+            return PendingOutput()
         batch = build_host_batch(scheduled, self.requests, self.config.block_size)
         need_logits = bool(batch.sampling_states)  # every rank computes its share of them
         sampling = None
         if need_logits and self.tp.is_driver:  # queued before the forward: no GPU wait
+            if any(_needs_token_history(s) for s in batch.sampling_states):
+                self._last_sampled.result()  # penalties read every token: wait for them
             sampling = build_sampling_batch(
                 batch.sampling_states,
                 self.model_config.vocab_size,
@@ -229,28 +236,36 @@ class ModelRunner:
         for request_id, num_tokens in scheduled.num_scheduled_tokens.items():
             self.requests[request_id].num_computed_tokens += num_tokens
         if sampling is None:
-            return ModelRunnerOutput()
-        sampled = self.sampler(logits, sampling)
-        output = ModelRunnerOutput()
-        for row, state in enumerate(batch.sampling_states):
-            token_id = sampled.token_ids[row]
-            state.token_ids.append(token_id)
-            output.sampled_token_ids[state.request_id] = token_id
-            if row in sampled.logprobs:
-                output.logprobs[state.request_id] = sampled.logprobs[row]
-        return output
+            return PendingOutput()
+        self._last_sampled = SampledStep(batch.sampling_states, self.sampler(logits, sampling))
+        return self._last_sampled
+
+    def _previous_sampled(self, batch: HostBatch) -> tuple[torch.Tensor, list[int]] | None:
+        """Where the batch's tokens that are still on the device come from."""
+        if not batch.tokens_on_device:
+            return None
+        last = self._last_sampled
+        if last is None:
+            raise RuntimeError("a request waits for a token, but no step sampled one")
+        return last.token_ids, [last.row_of(state) for _, state in batch.tokens_on_device]
 
     def _run_model(self, batch: HostBatch, need_logits: bool) -> torch.Tensor | None:
         size = self.graphs.bucket(batch) if self.graphs is not None else None
+        previous = self._previous_sampled(batch)
         if size is not None:
-            inputs = self.buffers.load(batch, pad_to=size, num_splits=self.graphs.num_splits(size))
+            inputs = self.buffers.load(
+                batch,
+                pad_to=size,
+                num_splits=self.graphs.num_splits(size),
+                previous_sampled=previous,
+            )
             return self.graphs.replay(size)[inputs.logits_indices]
         num_splits = 1
         if batch.decode_only:
             from pagoda.engine.kernels.triton_decode import choose_num_splits
 
             num_splits = choose_num_splits(batch.num_seqs, self.num_kv_heads)
-        inputs = self.buffers.load(batch, num_splits=num_splits)
+        inputs = self.buffers.load(batch, num_splits=num_splits, previous_sampled=previous)
         hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta)
         if not need_logits:
             return None
@@ -282,10 +297,24 @@ class ModelRunner:
             state.num_computed_tokens = cached.num_computed_tokens
 
 
+def _needs_token_history(state: RequestState) -> bool:
+    """Whether sampling for this request reads its token values (not just their count)."""
+    params = state.params
+    uses_penalties = (
+        params.repetition_penalty != 1 or params.presence_penalty or params.frequency_penalty
+    )
+    return bool(uses_penalties and state.num_pending)
+
+
 def rank_device(config: EngineConfig, rank: int) -> torch.device:
-    """Rank r of a tensor-parallel engine on CUDA uses GPU r; on CPU all share the host."""
+    """Rank r of a tensor-parallel engine on CUDA uses GPU r; on CPU all share the host.
+
+    Always an indexed CUDA device: `torch.cuda.set_device` refuses a bare "cuda", and an
+    engine of one rank on "cuda:1" keeps the GPU it was given."""
     device = torch.device(config.device)
-    if device.type == "cuda" and config.tensor_parallel_size > 1:
+    if device.type != "cuda":
+        return device
+    if config.tensor_parallel_size > 1 or device.index is None:
         return torch.device("cuda", rank)
     return device
 

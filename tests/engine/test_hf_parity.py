@@ -9,12 +9,15 @@ from pagoda.engine import LLM, SamplingParams
 from tests.conftest import ARCHS
 
 # Each mode stresses a different path: the prefix cache, its absence, prefill chunked by a
-# small token budget, and a KV cache so small that requests are preempted and recomputed.
+# small token budget, a KV cache so small that requests are preempted and recomputed, and
+# scheduling that waits for each step's tokens.
 MODES = {
     "prefix-caching": {},
     "no-prefix-caching": {"enable_prefix_caching": False},
     "chunked-prefill": {"max_num_batched_tokens": 24, "max_num_seqs": 8},
     "preemption": {"num_kv_blocks": 40, "max_model_len": 320},
+    # every step's tokens read before the next step is scheduled (the default overlaps)
+    "synchronous-scheduling": {"async_scheduling": False},
 }
 MAX_NEW_TOKENS = 16
 

@@ -4,7 +4,8 @@
 a simulated KV cache, checks that every position a sequence attends to holds that
 sequence's own token (so wrong block tables or a wrongly shared prefix block fail), and
 "samples" a token that depends only on the sequence so far. Outputs must therefore be the
-same whatever the cache size, token budget or preemptions.
+same whatever the cache size, token budget or preemptions, and whether the harness applies
+each step's results at once or one step later (asynchronous scheduling).
 """
 
 from __future__ import annotations
@@ -22,16 +23,19 @@ from pagoda.engine.request import Request, RequestStatus
 from pagoda.engine.sampling_params import SamplingParams
 
 VOCAB = 1000
+EOS = frozenset(range(0, VOCAB, 20))  # one token in twenty ends a request that stops on EOS
 
 
 def next_token(tokens: list[int]) -> int:
     return hash(tuple(tokens)) % VOCAB
 
 
-def expected_output(prompt: list[int], max_tokens: int) -> list[int]:
+def expected_output(prompt: list[int], max_tokens: int, eos=frozenset()) -> list[int]:
     tokens = list(prompt)
     for _ in range(max_tokens):
         tokens.append(next_token(tokens))
+        if tokens[-1] in eos:
+            break
     return tokens[len(prompt) :]
 
 
@@ -89,40 +93,61 @@ class SimulatedRunner:
 
 
 class Harness:
-    def __init__(self, num_blocks=64, block_size=4, caching=True, **config) -> None:
+    def __init__(
+        self, num_blocks=64, block_size=4, caching=True, async_scheduling=False, **config
+    ) -> None:
         self.kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching=caching, hash_seed=0)
         self.config = SchedulerConfig(**config)
         self.scheduler = Scheduler(self.config, self.kv)
         self.runner = SimulatedRunner(num_blocks, block_size)
         self.finished: dict[str, Request] = {}
         self.submitted: dict[str, Request] = {}
+        self.streamed: dict[str, list[int]] = {}  # tokens in the outputs, per request id
+        self.async_scheduling = async_scheduling
+        self.in_flight: tuple[SchedulerOutput, ModelRunnerOutput] | None = None
 
-    def add(self, request_id: str, prompt: list[int], max_tokens: int, priority: int = 0):
+    def add(self, request_id: str, prompt: list[int], max_tokens: int, priority: int = 0, eos=()):
         request = Request(
             request_id,
             list(prompt),
             SamplingParams(max_tokens=max_tokens),
+            eos_token_ids=frozenset(eos),
             max_total_tokens=len(prompt) + max_tokens,
             priority=priority,
         )
         self.submitted[request_id] = request
+        self.streamed[request_id] = []
         self.scheduler.add_request(request)
         return request
 
     def step(self) -> SchedulerOutput:
+        """Schedule and run a step; apply its results now, or after the next one is run."""
         scheduled = self.scheduler.schedule()
         assert scheduled.total_num_scheduled_tokens <= self.config.max_num_batched_tokens
         assert len(self.scheduler.running) <= self.config.max_num_seqs
-        outputs = self.scheduler.update_from_output(scheduled, self.runner.execute(scheduled))
-        for output in outputs:
-            if output.finished:
-                self.finished[output.request_id] = self.submitted[output.request_id]
+        step = (scheduled, self.runner.execute(scheduled))
+        if self.async_scheduling:
+            previous, self.in_flight = self.in_flight, step
+            to_apply = [previous] if previous else []
+            if scheduled.is_empty:
+                to_apply.append(self.in_flight)
+                self.in_flight = None
+        else:
+            to_apply = [step]
+        for applied, result in to_apply:
+            for output in self.scheduler.update_from_output(applied, result):
+                self.streamed[output.request_id] += output.new_token_ids
+                if output.finished:
+                    self.finished[output.request_id] = self.submitted[output.request_id]
         self.check_invariants()
         return scheduled
 
+    def busy(self) -> bool:
+        return self.scheduler.has_unfinished_requests() or self.in_flight is not None
+
     def run(self, max_steps: int = 20_000) -> int:
         steps = 0
-        while self.scheduler.has_unfinished_requests():
+        while self.busy():
             self.step()
             steps += 1
             assert steps < max_steps, "some request starved"
@@ -141,6 +166,41 @@ class Harness:
         for block in pool.blocks:
             assert block.ref_cnt == holders.get(block.block_id, 0) >= 0
         assert pool.num_free_blocks == sum(1 for b in pool.blocks if b.ref_cnt == 0)
+
+
+def test_async_scheduling_keeps_decoding_while_tokens_are_in_flight():
+    harness = Harness(async_scheduling=True)
+    harness.add("a", list(range(6)), max_tokens=3)
+    assert harness.step().num_scheduled_tokens == {"a": 6}  # samples token 1
+    assert harness.step().num_scheduled_tokens == {"a": 1}  # computes token 1, unseen yet
+    assert harness.submitted["a"].output_token_ids == expected_output(list(range(6)), 1)
+    assert harness.step().num_scheduled_tokens == {"a": 1}  # samples token 3
+    # Token 3 is in flight and it is the last: nothing is scheduled past the length cap.
+    assert harness.step().num_scheduled_tokens == {}
+    assert harness.finished == {"a": harness.submitted["a"]}
+    assert harness.submitted["a"].output_token_ids == expected_output(list(range(6)), 3)
+
+
+def test_async_results_never_reach_a_new_request_that_reuses_an_aborted_id():
+    harness = Harness(async_scheduling=True)
+    harness.add("a", [1, 2, 3], max_tokens=5)
+    harness.step()  # "a" samples; the result is applied after the next step
+    harness.scheduler.abort_requests(["a"])
+    reused = harness.add("a", [7, 8], max_tokens=2)
+    harness.run()
+    assert reused.output_token_ids == expected_output([7, 8], 2)
+    assert harness.streamed["a"] == reused.output_token_ids  # the old token never came out
+
+
+def test_a_request_that_stops_on_eos_wastes_one_step_and_nothing_else():
+    prompt = next(p for p in ([i, i + 1] for i in range(1000)) if next_token(p) in EOS)
+    harness = Harness(async_scheduling=True)
+    harness.add("eos", prompt, max_tokens=10, eos=EOS)
+    harness.add("other", [5, 6, 7], max_tokens=10)
+    harness.run()
+    assert harness.submitted["eos"].output_token_ids == [next_token(prompt)]
+    assert harness.submitted["other"].output_token_ids == expected_output([5, 6, 7], 10)
+    assert harness.kv.pool.num_free_blocks == harness.kv.num_blocks
 
 
 def test_budget_splits_a_long_prompt_into_chunks():
@@ -234,6 +294,7 @@ request_strategy = st.tuples(
     st.integers(0, 10),  # own suffix length
     st.integers(1, 12),  # max_tokens
     st.integers(0, 3),  # priority
+    st.booleans(),  # stops on EOS too
 )
 event_strategy = st.one_of(
     st.tuples(st.just("add"), request_strategy),
@@ -251,14 +312,16 @@ event_strategy = st.one_of(
     max_num_seqs=st.integers(1, 8),
     caching=st.booleans(),
     policy=st.sampled_from(["fcfs", "priority"]),
+    async_scheduling=st.booleans(),
 )
 def test_random_workloads_keep_every_invariant(
-    events, num_blocks, block_size, budget, max_num_seqs, caching, policy
+    events, num_blocks, block_size, budget, max_num_seqs, caching, policy, async_scheduling
 ):
     harness = Harness(
         num_blocks,
         block_size,
         caching,
+        async_scheduling,
         max_num_batched_tokens=budget,
         max_num_seqs=max_num_seqs,
         policy=policy,
@@ -267,10 +330,11 @@ def test_random_workloads_keep_every_invariant(
     aborted: set[str] = set()
     for index, (kind, arg) in enumerate(events):
         if kind == "add":
-            prefix, suffix_len, max_tokens, priority = arg
+            prefix, suffix_len, max_tokens, priority, stops_on_eos = arg
             prompt = _prefixes[prefix] + [index] * suffix_len
             if len(prompt) + max_tokens <= capacity:
-                harness.add(f"r{index}", prompt, max_tokens, priority)
+                eos = EOS if stops_on_eos else ()
+                harness.add(f"r{index}", prompt, max_tokens, priority, eos)
         elif kind == "abort" and harness.submitted:
             request_id = sorted(harness.submitted)[arg % len(harness.submitted)]
             if request_id not in harness.finished:
@@ -278,7 +342,7 @@ def test_random_workloads_keep_every_invariant(
             harness.scheduler.abort_requests([request_id])
         elif kind == "step":
             for _ in range(arg):
-                if harness.scheduler.has_unfinished_requests():
+                if harness.busy():
                     harness.step()
     harness.run()
     assert harness.kv.pool.num_free_blocks == num_blocks  # every block free again
@@ -289,4 +353,5 @@ def test_random_workloads_keep_every_invariant(
             continue
         assert request_id in harness.finished  # nobody starved
         max_tokens = request.sampling_params.max_tokens
-        assert request.output_token_ids == expected_output(request.prompt_token_ids, max_tokens)
+        expected = expected_output(request.prompt_token_ids, max_tokens, request.eos_token_ids)
+        assert request.output_token_ids == expected

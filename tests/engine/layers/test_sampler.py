@@ -6,6 +6,7 @@ import torch
 
 from pagoda.engine.layers.sampler import (
     Penalties,
+    SampledOnHost,
     Sampler,
     SamplingBatch,
     apply_min_p,
@@ -70,7 +71,7 @@ def test_penalties_follow_the_published_formulas():
 def test_greedy_rows_take_the_argmax_and_banned_tokens_are_never_picked():
     logits = torch.tensor([[0.0, 3.0, 1.0], [5.0, 1.0, 0.0]])
     batch = batch_of(2, greedy=torch.tensor([True, True]), banned=[(1, [0])])
-    assert Sampler()(logits, batch).token_ids == [1, 1]
+    assert Sampler()(logits, batch).token_ids.tolist() == [1, 1]
 
 
 def test_seeded_rows_are_reproducible_whatever_the_batch():
@@ -79,7 +80,7 @@ def test_seeded_rows_are_reproducible_whatever_the_batch():
     def sample(rows, seed_row):
         gen = torch.Generator().manual_seed(1234)
         batch = batch_of(rows, generators={seed_row: gen})
-        return Sampler(torch.Generator().manual_seed(rows))(logits[:rows], batch).token_ids
+        return Sampler(torch.Generator().manual_seed(rows))(logits[:rows], batch).token_ids.tolist()
 
     draws = [sample(1, 0)[0] for _ in range(3)]
     assert len(set(draws)) == 1
@@ -94,7 +95,7 @@ def test_sampling_follows_the_distribution():
     probs = torch.tensor([0.7, 0.2, 0.1])
     logits = probs.log().repeat(4000, 1)
     sampler = Sampler(torch.Generator().manual_seed(0))
-    tokens = torch.tensor(sampler(logits, batch_of(4000)).token_ids)
+    tokens = sampler(logits, batch_of(4000)).token_ids
     freq = torch.bincount(tokens, minlength=3).float() / 4000
     torch.testing.assert_close(freq, probs, atol=0.03, rtol=0)
 
@@ -102,9 +103,10 @@ def test_sampling_follows_the_distribution():
 def test_logprobs_are_raw_model_logprobs_with_rank():
     logits = torch.tensor([[1.0, 2.0, 3.0, 0.0]])
     batch = batch_of(1, greedy=torch.tensor([True]), num_logprobs=[2])
-    out = Sampler()(logits, batch)
+    token_ids, logprobs = SampledOnHost(Sampler()(logits, batch)).wait()
     expected = logits.log_softmax(-1)[0]
-    lp = out.logprobs[0]
+    lp = logprobs[0]
+    assert token_ids == [2]
     assert lp.token_id == 2 and lp.rank == 1
     assert abs(lp.logprob - expected[2].item()) < 1e-6
     assert [t for t, _ in lp.top] == [2, 1]
