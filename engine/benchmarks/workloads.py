@@ -70,7 +70,12 @@ def pagoda_latency(
         first_token.append(_timed(lambda p=prompts[2 * i]: llm.generate(p, _greedy(1))))
         whole.append(_timed(lambda p=prompts[2 * i + 1]: llm.generate(p, _greedy(output_len))))
         long_ttft.append(_timed(lambda p=long_prompts[i]: llm.generate(p, _greedy(1))))
-    return _latency_figures(first_token, whole, long_ttft, output_len)
+    figures = _latency_figures(first_token, whole, long_ttft, output_len)
+    graphs = llm.engine.core.runner.graphs
+    if graphs is not None:  # the profile: how much of a decode step is the GPU's
+        figures["decode_step_device_ms"] = graphs.device_time_ms(1)
+        figures["decode_step_wall_ms"] = 1e3 / figures["decode_tokens_per_s"]
+    return figures
 
 
 def hf_latency(

@@ -74,6 +74,23 @@ class DecodeGraphs:
         self.graphs[size].replay()
         return self.logits[size]  # [size, vocab]: rows past the batch are padding
 
+    @torch.inference_mode()
+    def device_time_ms(self, size: int, iters: int = 50) -> float:
+        """Device time of one decode step of `size` rows (benchmarks' profile): replays
+        over padding rows, which read the weights as a real step does and attend to one
+        slot of the scratch block (at short contexts attention is a small share)."""
+        size = self.sizes[bisect.bisect_left(self.sizes, size)]
+        self.runner.buffers.load(_padding_batch(), pad_to=size, num_splits=self.num_splits(size))
+        for _ in range(3):
+            self.graphs[size].replay()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            self.graphs[size].replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / iters
+
 
 def _padding_batch() -> HostBatch:
     """A batch of no real rows: load() pads every row to the scratch block."""
