@@ -5,6 +5,10 @@ one matmul and is column-parallel: each projection is split by its own partition
 fewer KV heads than ranks, k and v are replicated while q is split). `RowParallelLinear`
 splits its input dimension and sums the partial products over the ranks. Each weight
 carries a `weight_loader` that reads only its rank's rows or columns.
+
+On the GPU path the runner turns `use_skinny` on for the projections where cuBLAS reads
+the weights slowly at small batch (kernels/triton_skinny.py): inputs of up to 16 rows
+(decode at small batch) then go through the Triton kernel.
 """
 
 from __future__ import annotations
@@ -21,8 +25,18 @@ def _parameter(*shape: int) -> nn.Parameter:
     return nn.Parameter(torch.empty(*shape), requires_grad=False)
 
 
+def _linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    if module.use_skinny and x.shape[0] <= 16:
+        from pagoda.engine.kernels.triton_skinny import skinny_linear  # CUDA only
+
+        return skinny_linear(x, module.weight, bias)
+    return F.linear(x, module.weight, bias)
+
+
 class MergedLinear(nn.Module):
     """Projections of one input stacked along the output dimension, each split by rank."""
+
+    use_skinny = False
 
     def __init__(
         self,
@@ -44,7 +58,7 @@ class MergedLinear(nn.Module):
                 param.weight_loader = self._load
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return _linear(self, x, self.bias)
 
     def shard_rows(self, shard: int) -> slice:
         """This rank's rows of projection `shard` within the fused weight."""
@@ -64,6 +78,8 @@ class MergedLinear(nn.Module):
 class RowParallelLinear(nn.Module):
     """Each rank multiplies its slice of the input features; an all-reduce sums them."""
 
+    use_skinny = False
+
     def __init__(
         self, in_features: int, out_features: int, bias: bool = False, tp: TensorParallel = SINGLE
     ) -> None:
@@ -76,8 +92,8 @@ class RowParallelLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.tp.group is None:
-            return F.linear(x, self.weight, self.bias)
-        out = self.tp.all_reduce(F.linear(x, self.weight))
+            return _linear(self, x, self.bias)
+        out = self.tp.all_reduce(_linear(self, x, None))
         return out if self.bias is None else out + self.bias
 
     def _load_weight(self, param: nn.Parameter, source: TensorSource, name: str, _shard) -> None:

@@ -82,11 +82,13 @@ class ModelRunner:
             _randomize(model)
         backend = self._attention_backend()
         fused = self.config.attention_backend == "triton" and self.device.type == "cuda"
-        for module in model.modules():
+        for name, module in model.named_modules():
             if isinstance(module, Attention):
                 module.backend = backend
             if fused and hasattr(module, "use_triton"):
                 module.use_triton = True  # fused Triton kernels for norms, rope, activation
+            if fused and name.rsplit(".", 1)[-1] in SKINNY_PROJECTIONS:
+                module.use_skinny = True
         return model.eval()
 
     def _attention_backend(self):
@@ -295,6 +297,11 @@ class ModelRunner:
             else:
                 state.block_ids.extend(cached.new_block_ids)
             state.num_computed_tokens = cached.num_computed_tokens
+
+
+# Where the Triton few-rows product beats cuBLAS at decode batch sizes on the H200
+# (bench/skinny_sweep.py): the attention's projections; the MLP's wide ones stay cuBLAS.
+SKINNY_PROJECTIONS = frozenset({"qkv_proj", "o_proj"})
 
 
 def _needs_token_history(state: RequestState) -> bool:

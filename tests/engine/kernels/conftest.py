@@ -24,3 +24,8 @@ def triton_decode():
 @pytest.fixture(scope="module")
 def fused():
     return importlib.import_module("pagoda.engine.kernels.triton_fused")
+
+
+@pytest.fixture(scope="module")
+def skinny():
+    return importlib.import_module("pagoda.engine.kernels.triton_skinny")

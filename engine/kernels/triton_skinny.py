@@ -1,0 +1,104 @@
+"""Triton matrix product for few rows: a decode step's projections at small batch.
+
+At batch 1 a decode step is a chain of matrix-vector products, bound by reading the
+weights. cuBLAS reaches 3.9 TB/s on the MLP's wide products but only 2.7-3.2 TB/s on the
+attention's q/k/v and o projections of Llama-3.1-8B on the H200 (bench/decode_profile.py):
+too few output columns per weight byte to keep enough loads in flight. Here each program
+streams a BLOCK_N-row slab of the weight through the K dimension, pipelined, and a
+16-row tensor-core product serves up to 16 input rows at once (padding rows are masked
+loads, free for a memory-bound kernel).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_ROWS = 16  # rows of x one launch serves (the tensor-core tile's height)
+
+
+@triton.jit
+def _skinny_matmul_kernel(
+    x_ptr,  # [M, K]
+    w_ptr,  # [N, K]
+    bias_ptr,  # [N] or unused
+    out_ptr,  # [M, N]
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_wn,
+    stride_om,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    IEEE_FP32: tl.constexpr,
+):
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, 16)
+    n_mask = offs_n < N
+    m_mask = offs_m < M
+    acc = tl.zeros([16, BLOCK_N], dtype=tl.float32)
+    for k_start in range(0, K, BLOCK_K):
+        offs_k = k_start + tl.arange(0, BLOCK_K)
+        k_mask = offs_k < K
+        w = tl.load(
+            w_ptr + offs_n[:, None].to(tl.int64) * stride_wn + offs_k[None, :],
+            mask=n_mask[:, None] & k_mask[None, :],
+            other=0.0,
+        )
+        x = tl.load(
+            x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
+            mask=m_mask[:, None] & k_mask[None, :],
+            other=0.0,
+        )
+        if IEEE_FP32:
+            acc += tl.dot(x, tl.trans(w), input_precision="ieee")
+        else:
+            acc += tl.dot(x, tl.trans(w))
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    tl.store(
+        out_ptr + offs_m[:, None] * stride_om + offs_n[None, :],
+        acc.to(out_ptr.dtype.element_ty),
+        mask=m_mask[:, None] & n_mask[None, :],
+    )
+
+
+def skinny_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    block_n: int = 16,
+    block_k: int = 256,
+    num_warps: int = 4,
+    num_stages: int = 4,
+) -> torch.Tensor:
+    """x @ weight.T (+ bias) for x of at most MAX_ROWS rows; F.linear's semantics."""
+    rows, fan_in = x.shape
+    fan_out = weight.shape[0]
+    if rows > MAX_ROWS:
+        raise ValueError(f"skinny_linear serves at most {MAX_ROWS} rows, got {rows}")
+    if x.stride(1) != 1:
+        x = x.contiguous()  # the kernel reads each row with unit stride
+    out = torch.empty(rows, fan_out, dtype=x.dtype, device=x.device)
+    _skinny_matmul_kernel[(triton.cdiv(fan_out, block_n),)](
+        x,
+        weight,
+        bias if bias is not None else weight,
+        out,
+        rows,
+        fan_out,
+        fan_in,
+        x.stride(0),
+        weight.stride(0),
+        out.stride(0),
+        HAS_BIAS=bias is not None,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        IEEE_FP32=x.dtype == torch.float32,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
+    return out
