@@ -14,6 +14,7 @@ import itertools
 
 import torch
 from decode_profile import PROJECTIONS, graph_time_ms  # beside this script
+from triton.runtime.errors import OutOfResources
 
 from pagoda.engine.kernels.triton_skinny import skinny_linear
 
@@ -26,7 +27,10 @@ def best_triton(weights: list[torch.Tensor], x: torch.Tensor) -> tuple[float, di
     best = None
     for block_n, block_k, warps, stages in SETTINGS:
         kwargs = dict(block_n=block_n, block_k=block_k, num_warps=warps, num_stages=stages)
-        out = skinny_linear(x, weights[0], **kwargs)
+        try:
+            out = skinny_linear(x, weights[0], **kwargs)
+        except OutOfResources:  # too much shared memory for this tile and pipeline depth
+            continue
         error = float((out.double() - reference).norm() / reference.norm())
         assert error < 1e-2, (kwargs, error)
         ms = graph_time_ms(lambda k=kwargs: [skinny_linear(x, w, **k) for w in weights])
