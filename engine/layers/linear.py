@@ -6,9 +6,9 @@ fewer KV heads than ranks, k and v are replicated while q is split). `RowParalle
 splits its input dimension and sums the partial products over the ranks. Each weight
 carries a `weight_loader` that reads only its rank's rows or columns.
 
-On the GPU path the runner turns `use_skinny` on for the projections where cuBLAS reads
-the weights slowly at small batch (kernels/triton_skinny.py): inputs of up to 16 rows
-(decode at small batch) then go through the Triton kernel.
+On the GPU path the runner gives `skinny` (a Triton launch setting) to the projections
+where cuBLAS reads the weights slowly at small batch (kernels/triton_skinny.py): inputs of
+up to 16 rows (decode at small batch) then go through the Triton kernel.
 """
 
 from __future__ import annotations
@@ -26,17 +26,17 @@ def _parameter(*shape: int) -> nn.Parameter:
 
 
 def _linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    if module.use_skinny and x.shape[0] <= 16:
+    if module.skinny is not None and x.shape[0] <= 16:
         from pagoda.engine.kernels.triton_skinny import skinny_linear  # CUDA only
 
-        return skinny_linear(x, module.weight, bias)
+        return skinny_linear(x, module.weight, bias, **module.skinny)
     return F.linear(x, module.weight, bias)
 
 
 class MergedLinear(nn.Module):
     """Projections of one input stacked along the output dimension, each split by rank."""
 
-    use_skinny = False
+    skinny: dict | None = None
 
     def __init__(
         self,
@@ -78,7 +78,7 @@ class MergedLinear(nn.Module):
 class RowParallelLinear(nn.Module):
     """Each rank multiplies its slice of the input features; an all-reduce sums them."""
 
-    use_skinny = False
+    skinny: dict | None = None
 
     def __init__(
         self, in_features: int, out_features: int, bias: bool = False, tp: TensorParallel = SINGLE

@@ -87,8 +87,8 @@ class ModelRunner:
                 module.backend = backend
             if fused and hasattr(module, "use_triton"):
                 module.use_triton = True  # fused Triton kernels for norms, rope, activation
-            if fused and name.rsplit(".", 1)[-1] in SKINNY_PROJECTIONS:
-                module.use_skinny = True
+            if fused and name.rsplit(".", 1)[-1] in SKINNY_SETTINGS:
+                module.skinny = SKINNY_SETTINGS[name.rsplit(".", 1)[-1]]
         return model.eval()
 
     def _attention_backend(self):
@@ -299,9 +299,15 @@ class ModelRunner:
             state.num_computed_tokens = cached.num_computed_tokens
 
 
-# Where the Triton few-rows product beats cuBLAS at decode batch sizes on the H200
-# (bench/skinny_sweep.py): the attention's projections; the MLP's wide ones stay cuBLAS.
-SKINNY_PROJECTIONS = frozenset({"qkv_proj", "o_proj"})
+# Where the Triton few-rows product beats cuBLAS at 1 and 8 rows on the H200, with the
+# fastest launch setting measured there (bench/skinny_sweep.py, TB/s of weights read,
+# cuBLAS -> Triton): qkv 3.36 -> 3.43, o 2.69 -> 3.04, down 3.88 -> 4.01. gate/up stays
+# on cuBLAS (4.27 against 4.20 at one row).
+SKINNY_SETTINGS = {
+    "qkv_proj": {"block_n": 64, "block_k": 256, "num_warps": 4, "num_stages": 4},
+    "o_proj": {"block_n": 32, "block_k": 512, "num_warps": 4, "num_stages": 4},
+    "down_proj": {"block_n": 32, "block_k": 512, "num_warps": 4, "num_stages": 4},
+}
 
 
 def _needs_token_history(state: RequestState) -> bool:
