@@ -39,6 +39,16 @@ def test_bad_input_exits_2_with_one_clear_line(tmp_path, llama_dir):
     assert bad.returncode == 2 and "temperature" in bad.stderr
     arch = pagoda("make-tiny-model", str(tmp_path / "x"), "--arch", "gpt2")
     assert arch.returncode == 2 and "invalid choice" in arch.stderr
+    overlap = pagoda(
+        "generate",
+        str(llama_dir),
+        "--prompt",
+        "x",
+        "--tensor-parallel-size",
+        "2",
+        "--async-scheduling",
+    )  # refused before any worker starts
+    assert overlap.returncode == 2 and "async_scheduling needs" in overlap.stderr
 
 
 def test_version_and_help():
