@@ -24,11 +24,20 @@ def _greedy(max_tokens: int) -> SamplingParams:
 
 
 def pagoda_throughput(llm: LLM, prompts: list[list[int]], output_len: int) -> dict:
+    """Tokens per second, and the profile: device seconds per kind of step, and the
+    seconds the device waited between steps for the host (step_profile.py)."""
+    profile = llm.engine.core.runner.profile
+    profile.enabled = True
     started = time.perf_counter()
     outputs = llm.generate(prompts, _greedy(output_len))
     elapsed = time.perf_counter() - started
+    profile.enabled = False
     generated = sum(len(o.outputs[0].token_ids) for o in outputs)
-    return _throughput_figures(len(prompts), sum(map(len, prompts)), generated, elapsed)
+    figures = _throughput_figures(len(prompts), sum(map(len, prompts)), generated, elapsed)
+    spans = profile.summary()
+    device_s = sum(value for key, value in spans.items() if key.startswith("device_s_"))
+    figures["profile"] = {**spans, "between_steps_s": elapsed - device_s}
+    return figures
 
 
 def hf_throughput(model, prompts: list[list[int]], output_len: int) -> dict:

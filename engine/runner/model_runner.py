@@ -40,6 +40,7 @@ from pagoda.engine.runner.input_batch import (
     build_sampling_batch,
 )
 from pagoda.engine.runner.pending_output import PendingOutput, SampledStep
+from pagoda.engine.runner.step_profile import StepProfile
 from pagoda.engine.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,8 @@ class ModelRunner:
         self.num_kv_heads = num_kv_heads_per_rank(self.model_config.num_kv_heads, tp.size)
         self.requests: dict[str, RequestState] = {}
         self._last_sampled: SampledStep | None = None  # its tokens feed the next step
+        self.profile = StepProfile()  # benchmarks turn it on (CUDA only)
+        self._step_graphed = False  # whether the last forward replayed a decode graph
         self.model = self._build_model()
         if config.load_format == "safetensors":
             self.load_weights(iterate_tensors(checkpoint_files(Path(config.model))))
@@ -222,6 +225,7 @@ class ModelRunner:
         self._update_states(scheduled)
         if scheduled.is_empty:
             return PendingOutput()
+        span = self.profile.begin() if self.profile.enabled and self.device.type == "cuda" else None
         batch = build_host_batch(scheduled, self.requests, self.config.block_size)
         need_logits = bool(batch.sampling_states)  # every rank computes its share of them
         sampling = None
@@ -237,10 +241,13 @@ class ModelRunner:
         logits = self._run_model(batch, need_logits)
         for request_id, num_tokens in scheduled.num_scheduled_tokens.items():
             self.requests[request_id].num_computed_tokens += num_tokens
-        if sampling is None:
-            return PendingOutput()
-        self._last_sampled = SampledStep(batch.sampling_states, self.sampler(logits, sampling))
-        return self._last_sampled
+        output = PendingOutput()
+        if sampling is not None:
+            output = SampledStep(batch.sampling_states, self.sampler(logits, sampling))
+            self._last_sampled = output
+        if span is not None:
+            self.profile.end(span, "decode_graph" if self._step_graphed else "eager")
+        return output
 
     def _previous_sampled(self, batch: HostBatch) -> tuple[torch.Tensor, list[int]] | None:
         """Where the batch's tokens that are still on the device come from."""
@@ -253,6 +260,7 @@ class ModelRunner:
 
     def _run_model(self, batch: HostBatch, need_logits: bool) -> torch.Tensor | None:
         size = self.graphs.bucket(batch) if self.graphs is not None else None
+        self._step_graphed = size is not None
         previous = self._previous_sampled(batch)
         if size is not None:
             inputs = self.buffers.load(

@@ -20,6 +20,14 @@ def test_throughput_counts_every_generated_token(llm):
     prompts = random_prompts(6, 20, 1000, seed=0)
     figures = workloads.pagoda_throughput(llm, prompts, 8)
     assert figures["output_tokens"] == 6 * 8 and figures["output_tokens_per_s"] > 0
+    profile = figures["profile"]  # device spans per kind of step: CUDA only
+    assert not llm.engine.core.runner.profile.enabled  # off again after the run
+    if torch.cuda.is_available():
+        assert profile["steps_eager"] >= 1 and profile["steps_decode_graph"] >= 6
+        assert 0 < profile["device_s_decode_graph"] < figures["elapsed_s"]
+    else:
+        assert profile["steps_eager"] == profile["steps_decode_graph"] == 0
+        assert profile["between_steps_s"] == figures["elapsed_s"]
 
 
 def test_latency_figures(llm):
