@@ -80,3 +80,31 @@ def test_async_scheduling_is_refused_where_workers_need_the_tokens_on_the_host(l
     resolved = EngineConfig(str(llama_dir), distributed_executor_backend="mp").resolve()
     assert resolved.async_scheduling is False
     assert EngineConfig(str(llama_dir)).resolve().async_scheduling is True
+
+
+def run_to_completion(engine) -> dict[str, list[int]]:
+    tokens: dict[str, list[int]] = {}
+    while engine.has_unfinished_requests():
+        for output in engine.step():
+            if output.finished:
+                tokens[output.request_id] = output.outputs[0].token_ids
+    return tokens
+
+
+def test_an_id_aborted_with_its_step_in_flight_can_be_reused_at_once(llama_dir):
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    prompts = parity_prompts(3)
+    engine = LLM(str(llama_dir), async_scheduling=True).engine
+    engine.add_request("a", prompts[0], params)
+    engine.add_request("b", prompts[1], params)
+    engine.step()  # both prefills launched; their first tokens not read yet
+    engine.step()  # their first decode launched with the tokens still on the device
+    engine.abort_request("a")
+    engine.add_request("a", prompts[2], params)  # a new request under the same id
+    got = run_to_completion(engine)
+    expected = LLM(str(llama_dir), async_scheduling=False).generate(
+        [prompts[1], prompts[2]], params
+    )
+    assert got == {"b": expected[0].outputs[0].token_ids, "a": expected[1].outputs[0].token_ids}
+    kv_cache = engine.core.kv_cache
+    assert kv_cache.pool.num_free_blocks == kv_cache.num_blocks
