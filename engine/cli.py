@@ -61,6 +61,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--scheduling-policy", default="fcfs", choices=["fcfs", "priority"])
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    add_step_arguments(parser)
+
+
+def add_step_arguments(parser: argparse.ArgumentParser) -> None:
+    """How the engine runs its steps on a GPU (also `pagoda bench`'s)."""
     parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
     parser.add_argument(
         "--async-scheduling",

@@ -17,6 +17,8 @@ import logging
 import tempfile
 from pathlib import Path
 
+from pagoda.engine.cli import add_step_arguments
+
 logger = logging.getLogger(__name__)
 
 
@@ -104,13 +106,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
     parser.add_argument("--max-model-len", type=int, default=4096)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
-    parser.add_argument(
-        "--async-scheduling",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="overlap host work with the GPU (default on)",
-    )
+    add_step_arguments(parser)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
 
 

@@ -26,10 +26,11 @@ def _parameter(*shape: int) -> nn.Parameter:
 
 
 def _linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    if module.skinny is not None and x.shape[0] <= 16:
-        from pagoda.engine.kernels.triton_skinny import skinny_linear  # CUDA only
+    if module.skinny is not None:
+        from pagoda.engine.kernels.triton_skinny import MAX_ROWS, skinny_linear  # CUDA only
 
-        return skinny_linear(x, module.weight, bias, **module.skinny)
+        if x.shape[0] <= MAX_ROWS:
+            return skinny_linear(x, module.weight, bias, **module.skinny)
     return F.linear(x, module.weight, bias)
 
 

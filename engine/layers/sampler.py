@@ -116,13 +116,17 @@ def _copy_to_host(tensor: torch.Tensor) -> torch.Tensor:
     return host.copy_(tensor, non_blocking=True)
 
 
-def host_to_device(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Small host values to the device without waiting: a copy from pageable memory may
-    wait for the device's queue to drain, which would stall the engine's overlap."""
-    tensor = torch.tensor(values, dtype=dtype)
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on the device without waiting: a copy from pageable memory may wait
+    for the device's queue to drain, which would stall the engine's overlap."""
     if device.type != "cuda":
         return tensor
     return tensor.pin_memory().to(device, non_blocking=True)
+
+
+def host_to_device(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Small host values to the device without waiting (see to_device)."""
+    return to_device(torch.tensor(values, dtype=dtype), device)
 
 
 class Sampler:

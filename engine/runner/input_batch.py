@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from pagoda.engine.core.messages import SchedulerOutput
-from pagoda.engine.layers.sampler import Penalties, SamplingBatch, host_to_device
+from pagoda.engine.layers.sampler import Penalties, SamplingBatch, host_to_device, to_device
 from pagoda.engine.sampling_params import SamplingParams
 
 
@@ -202,15 +202,9 @@ def _penalties(
         repetition=_floats([p.repetition_penalty for p in params], device),
         presence=_floats([p.presence_penalty for p in params], device),
         frequency=_floats([p.frequency_penalty for p in params], device),
-        seen_mask=_to_device(seen, device),
-        output_counts=_to_device(counts, device),
+        seen_mask=to_device(seen, device),
+        output_counts=to_device(counts, device),
     )
-
-
-def _to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    if device.type != "cuda":
-        return tensor
-    return tensor.pin_memory().to(device, non_blocking=True)  # pinned: no wait (sampler.py)
 
 
 def _floats(values: list[float], device: torch.device) -> torch.Tensor:

@@ -67,7 +67,6 @@ class ModelRunner:
         self.requests: dict[str, RequestState] = {}
         self._last_sampled: SampledStep | None = None  # its tokens feed the next step
         self.profile = StepProfile()  # benchmarks turn it on (CUDA only)
-        self._step_graphed = False  # whether the last forward replayed a decode graph
         self.model = self._build_model()
         if config.load_format == "safetensors":
             self.load_weights(iterate_tensors(checkpoint_files(Path(config.model))))
@@ -90,8 +89,8 @@ class ModelRunner:
                 module.backend = backend
             if fused and hasattr(module, "use_triton"):
                 module.use_triton = True  # fused Triton kernels for norms, rope, activation
-            if fused and name.rsplit(".", 1)[-1] in SKINNY_SETTINGS:
-                module.skinny = SKINNY_SETTINGS[name.rsplit(".", 1)[-1]]
+            if fused and hasattr(module, "skinny"):
+                module.skinny = SKINNY_SETTINGS.get(name.rsplit(".", 1)[-1])
         return model.eval()
 
     def _attention_backend(self):
@@ -238,7 +237,8 @@ class ModelRunner:
                 self.model_config.eos_token_ids,
                 self.device,
             )
-        logits = self._run_model(batch, need_logits)
+        graph_size = self.graphs.bucket(batch) if self.graphs is not None else None
+        logits = self._run_model(batch, need_logits, graph_size)
         for request_id, num_tokens in scheduled.num_scheduled_tokens.items():
             self.requests[request_id].num_computed_tokens += num_tokens
         output = PendingOutput()
@@ -246,7 +246,7 @@ class ModelRunner:
             output = SampledStep(batch.sampling_states, self.sampler(logits, sampling))
             self._last_sampled = output
         if span is not None:
-            self.profile.end(span, "decode_graph" if self._step_graphed else "eager")
+            self.profile.end(span, "eager" if graph_size is None else "decode_graph")
         return output
 
     def _previous_sampled(self, batch: HostBatch) -> tuple[torch.Tensor, list[int]] | None:
@@ -258,9 +258,11 @@ class ModelRunner:
             raise RuntimeError("a request waits for a token, but no step sampled one")
         return last.token_ids, [last.row_of(state) for _, state in batch.tokens_on_device]
 
-    def _run_model(self, batch: HostBatch, need_logits: bool) -> torch.Tensor | None:
-        size = self.graphs.bucket(batch) if self.graphs is not None else None
-        self._step_graphed = size is not None
+    def _run_model(
+        self, batch: HostBatch, need_logits: bool, size: int | None
+    ) -> torch.Tensor | None:
+        """Logits of the sampling rows: a replay of the decode graph of `size` rows, or
+        (size None) an eager forward."""
         previous = self._previous_sampled(batch)
         if size is not None:
             inputs = self.buffers.load(

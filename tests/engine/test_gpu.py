@@ -33,12 +33,16 @@ def test_fp32_greedy_tokens_on_gpu_match_the_cpu_reference(arch, executor, tiny_
         gpu = gpu_llm.generate(prompts, GREEDY)
     finally:
         gpu_llm.shutdown()
+    assert_same_tokens(cpu, gpu, "GPU")
+
+
+def assert_same_tokens(cpu, gpu, where: str) -> None:
     mismatched = [
         i
         for i, (a, b) in enumerate(zip(cpu, gpu, strict=True))
         if a.outputs[0].token_ids != b.outputs[0].token_ids
     ]
-    assert not mismatched, f"prompts {mismatched[:5]} differ between CPU and GPU"
+    assert not mismatched, f"prompts {mismatched[:5]} differ between CPU and {where}"
 
 
 def capture_logits(llm: LLM, prompts: list[str]) -> torch.Tensor:
@@ -90,9 +94,4 @@ def test_two_gpus_give_the_tokens_of_the_cpu_reference(arch, tiny_model_dir):
         gpu = llm.generate(prompts, GREEDY)
     finally:
         llm.shutdown()
-    mismatched = [
-        i
-        for i, (a, b) in enumerate(zip(cpu, gpu, strict=True))
-        if a.outputs[0].token_ids != b.outputs[0].token_ids
-    ]
-    assert not mismatched, f"prompts {mismatched[:5]} differ between CPU and 2 GPUs"
+    assert_same_tokens(cpu, gpu, "2 GPUs")
