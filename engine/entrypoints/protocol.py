@@ -123,6 +123,14 @@ class UsageInfo(BaseModel):
     completion_tokens: int = 0
     total_tokens: int = 0
 
+    @classmethod
+    def counting(cls, num_prompt: int, num_generated: int) -> UsageInfo:
+        return cls(
+            prompt_tokens=num_prompt,
+            completion_tokens=num_generated,
+            total_tokens=num_prompt + num_generated,
+        )
+
 
 class CompletionLogprobs(BaseModel):
     text_offset: list[int] = Field(default_factory=list)

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 from fastapi import Request
 
-from pagoda.engine.async_llm import AsyncLLM, EngineDeadError
+from pagoda.engine.async_llm import AsyncLLM
 from pagoda.engine.entrypoints.admission import Ticket
-from pagoda.engine.entrypoints.errors import APIError, bad_request, engine_died
+from pagoda.engine.entrypoints.errors import APIError
 from pagoda.engine.entrypoints.logprobs import TokenTexts, chat_logprobs
 from pagoda.engine.entrypoints.protocol import (
     ChatChoice,
@@ -27,10 +27,10 @@ from pagoda.engine.entrypoints.sampling import include_usage, sampling_params
 from pagoda.engine.entrypoints.state import ServerState
 from pagoda.engine.entrypoints.streaming import (
     Deadline,
-    cancel_on_disconnect,
-    event_stream,
     framed,
     last,
+    released_on_error,
+    respond,
     sse,
 )
 from pagoda.engine.outputs import CompletionOutput
@@ -53,12 +53,7 @@ class _Job:
         return Deadline(self.engine.abort, [self.prepared.request_id], self.timeout)
 
     def usage(self, num_generated: int) -> UsageInfo:
-        num_prompt = len(self.prepared.prompt.token_ids)
-        return UsageInfo(
-            prompt_tokens=num_prompt,
-            completion_tokens=num_generated,
-            total_tokens=num_prompt + num_generated,
-        )
+        return UsageInfo.counting(len(self.prepared.prompt.token_ids), num_generated)
 
 
 async def create_chat_completion(
@@ -70,24 +65,14 @@ async def create_chat_completion(
     max_tokens = body.max_completion_tokens or body.max_tokens
     params = sampling_params(body, max_tokens, num_top)
     ticket = state.admission.acquire(max(1, params.n))
-    try:
+    with released_on_error(ticket):
         token_ids = conversation_tokens(engine, body.messages, body.add_generation_prompt)
         job = _Job(body, model, engine, None, texts, state.settings.request_timeout)
         job.prepared = engine.prepare(
             {"prompt_token_ids": token_ids}, params, job.id, body.priority, body.cache_salt
         )
-    except ValueError as exc:
-        ticket.release()
-        raise bad_request(exc) from None
-    except BaseException:
-        ticket.release()
-        raise
-    if body.stream:
-        return event_stream(_stream(job, ticket), ticket)
-    try:
-        return await cancel_on_disconnect(request, _complete(job))
-    finally:
-        ticket.release()
+    events = _stream(job, ticket) if body.stream else None
+    return await respond(request, ticket, events, lambda: _complete(job))
 
 
 def _check_chat_fields(body: ChatCompletionRequest) -> int | None:
@@ -129,15 +114,9 @@ def conversation_tokens(
 
 
 async def _complete(job: _Job) -> ChatCompletionResponse:
-    deadline = job.deadline()
-    try:
-        final = await last(job.engine.generate(job.prepared, None, job.prepared.request_id))
-    except EngineDeadError as exc:
-        raise engine_died(exc) from None
-    finally:
-        deadline.cancel()
-    if deadline.expired:
-        raise deadline.error()
+    final = await job.deadline().wait_for(
+        last(job.engine.generate(job.prepared, None, job.prepared.request_id))
+    )
     choices = [
         ChatChoice(
             index=sample.index,

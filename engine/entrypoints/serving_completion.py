@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 from fastapi import Request
 
-from pagoda.engine.async_llm import AsyncLLM, EngineDeadError
+from pagoda.engine.async_llm import AsyncLLM
 from pagoda.engine.entrypoints.admission import Ticket
-from pagoda.engine.entrypoints.errors import APIError, bad_request, engine_died
+from pagoda.engine.entrypoints.errors import APIError
 from pagoda.engine.entrypoints.logprobs import TokenTexts, completion_logprobs
 from pagoda.engine.entrypoints.protocol import (
     CompletionChoice,
@@ -25,12 +25,12 @@ from pagoda.engine.entrypoints.sampling import include_usage, sampling_params
 from pagoda.engine.entrypoints.state import ServerState
 from pagoda.engine.entrypoints.streaming import (
     Deadline,
-    cancel_on_disconnect,
-    event_stream,
     framed,
     gather_or_cancel,
     last,
     merge,
+    released_on_error,
+    respond,
     sse,
 )
 from pagoda.engine.outputs import CompletionOutput
@@ -69,11 +69,7 @@ class _Job:
 
     def usage(self, num_generated: int) -> UsageInfo:
         num_prompt = sum(len(p.prompt.token_ids) for p in self.prepared)
-        return UsageInfo(
-            prompt_tokens=num_prompt,
-            completion_tokens=num_generated,
-            total_tokens=num_prompt + num_generated,
-        )
+        return UsageInfo.counting(num_prompt, num_generated)
 
 
 async def create_completion(
@@ -85,24 +81,14 @@ async def create_completion(
     prompts = _prompts(body.prompt)
     params = sampling_params(body, body.max_tokens, body.logprobs)
     ticket = state.admission.acquire(len(prompts) * max(1, params.n))
-    try:
+    with released_on_error(ticket):
         job = _Job(body, model, engine, [], texts, state.settings.request_timeout)
         job.prepared = [
             engine.prepare(prompt, params, f"{job.id}-{i}", body.priority, body.cache_salt)
             for i, prompt in enumerate(prompts)
         ]
-    except ValueError as exc:
-        ticket.release()
-        raise bad_request(exc) from None
-    except BaseException:
-        ticket.release()
-        raise
-    if body.stream:
-        return event_stream(_stream(job, ticket), ticket)
-    try:
-        return await cancel_on_disconnect(request, _complete(job))
-    finally:
-        ticket.release()
+    events = _stream(job, ticket) if body.stream else None
+    return await respond(request, ticket, events, lambda: _complete(job))
 
 
 def _refuse_unsupported(body: CompletionRequest) -> None:
@@ -128,17 +114,9 @@ def _prompts(prompt) -> list[str | list[int]]:
 
 
 async def _complete(job: _Job) -> CompletionResponse:
-    deadline = job.deadline()
-    try:
-        outputs = await gather_or_cancel(
-            [last(job.engine.generate(p, None, p.request_id)) for p in job.prepared]
-        )
-    except EngineDeadError as exc:
-        raise engine_died(exc) from None
-    finally:
-        deadline.cancel()
-    if deadline.expired:
-        raise deadline.error()
+    outputs = await job.deadline().wait_for(
+        gather_or_cancel([last(job.engine.generate(p, None, p.request_id)) for p in job.prepared])
+    )
     choices = [
         _choice(job, i, sample, echo=job.body.echo)
         for i, output in enumerate(outputs)

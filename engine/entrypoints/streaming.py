@@ -1,11 +1,12 @@
-"""Server-sent events, merged output streams, and aborting work whose client went away."""
+"""Server-sent events, merged output streams, and aborting work whose client went away:
+what the completion and chat endpoints share, from admission to the last byte."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from fastapi import Request
@@ -14,12 +15,42 @@ from pydantic import BaseModel
 
 from pagoda.engine.async_llm import EngineDeadError
 from pagoda.engine.entrypoints.admission import Ticket
-from pagoda.engine.entrypoints.errors import APIError, engine_died
+from pagoda.engine.entrypoints.errors import APIError, bad_request, engine_died
 
 T = TypeVar("T")
 
 SSE_DONE = "data: [DONE]\n\n"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # no proxy buffering
+
+
+@contextlib.contextmanager
+def released_on_error(ticket: Ticket) -> Iterator[None]:
+    """Around preparing an admitted request: a failure gives its admission back, and a
+    ValueError (a bad prompt or parameter) becomes a 400 that names it."""
+    try:
+        yield
+    except ValueError as exc:
+        ticket.release()
+        raise bad_request(exc) from None
+    except BaseException:
+        ticket.release()
+        raise
+
+
+async def respond(
+    request: Request,
+    ticket: Ticket,
+    events: AsyncIterator[str] | None,
+    complete: Callable[[], Awaitable[T]],
+):
+    """The response of an admitted request: the stream of `events` (which releases the
+    ticket), or, with none, `complete()` awaited until done or the client leaves."""
+    if events is not None:
+        return event_stream(events, ticket)
+    try:
+        return await cancel_on_disconnect(request, complete())
+    finally:
+        ticket.release()
 
 
 def event_stream(events: AsyncIterator[str], ticket: Ticket) -> StreamingResponse:
@@ -151,6 +182,19 @@ class Deadline:
     def cancel(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+
+    async def wait_for(self, work: Awaitable[T]) -> T:
+        """A whole (non-streamed) response's work under this deadline: its error if the
+        deadline expired, a 503 if the engine died; the timer stops either way."""
+        try:
+            result = await work
+        except EngineDeadError as exc:
+            raise engine_died(exc) from None
+        finally:
+            self.cancel()
+        if self.expired:
+            raise self.error()
+        return result
 
     def error(self) -> APIError:
         return APIError(
