@@ -133,11 +133,14 @@ def paged_attention(
     tile_n: int | None = None,
     num_warps: int = 4,
     num_stages: int = 3,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Same contract as kernels.reference.paged_attention."""
+    """Same contract as kernels.reference.paged_attention. Only the query rows of the
+    metadata's sequences are written (into `out` when given)."""
     _, num_heads, head_dim = query.shape
     _, _, block_size, num_kv_heads, _ = kv_cache.shape
-    out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+    if out is None:
+        out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
     key_cache, value_cache = kv_cache[0], kv_cache[1]
     # Long query runs (prefill) get big tiles; decode-like batches small ones.
     block_m = block_m or (64 if meta.max_query_len >= 64 else 16)

@@ -187,12 +187,16 @@ def paged_decode_attention(
     tile_n: int | None = None,
     num_warps: int = 4,
     num_stages: int | None = None,
+    out: torch.Tensor | None = None,  # contiguous, like query
 ) -> torch.Tensor:
     num_seqs, num_heads, head_dim = query.shape
     _, _, block_size, num_kv_heads, _ = kv_cache.shape
     if num_splits is None:
         num_splits = choose_num_splits(num_seqs, num_kv_heads)
-    out = torch.empty(query.shape, dtype=query.dtype, device=query.device)  # contiguous
+    if out is None:
+        out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+    elif not out.is_contiguous():
+        raise ValueError("paged_decode_attention writes a contiguous output")
     if workspace is None and num_splits > 1:
         workspace = DecodeWorkspace(num_seqs, num_heads, head_dim, num_splits, query.device)
     group = num_heads // num_kv_heads

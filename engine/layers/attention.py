@@ -23,7 +23,8 @@ class TorchBackend:
 
 
 class TritonBackend:
-    """Split-K decode kernel for decode-only batches, the ragged kernel for the rest."""
+    """Split-K decode kernel for decode-only batches and the leading one-token rows of a
+    mixed batch, the ragged kernel for the rest."""
 
     def __init__(self, workspace=None) -> None:
         from pagoda.engine.kernels import triton_attention, triton_decode
@@ -44,7 +45,24 @@ class TritonBackend:
                 meta.num_splits,
                 self.workspace,
             )
-        return self._ragged(query, kv_cache, meta, scale, sliding_window)
+        decodes = meta.num_leading_decodes
+        if not decodes:
+            return self._ragged(query, kv_cache, meta, scale, sliding_window)
+        # In the ragged kernel a one-token row would fill a whole query tile and read its
+        # K/V once per query head; the decode kernel reads it once per KV head.
+        out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+        self._decode(
+            query[:decodes],
+            kv_cache,
+            meta.block_tables[:decodes],
+            meta.seq_lens[:decodes],
+            scale,
+            sliding_window,
+            workspace=self.workspace,
+            out=out[:decodes],
+        )
+        self._ragged(query, kv_cache, meta.rows_from(decodes), scale, sliding_window, out=out)
+        return out
 
 
 def make_backend(name: str, workspace=None):

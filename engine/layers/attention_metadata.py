@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -26,7 +26,23 @@ class AttentionMetadata:
     # One query token per sequence: kernels may take the split-K decode path.
     decode_only: bool = False
     num_splits: int = 1  # split-K ranges per sequence on the decode path
+    # Mixed batches: how many leading sequences have one query token. Kernels may attend
+    # for them with the decode kernel (GQA heads grouped, no query tile to fill) and for the
+    # rest with the ragged one. 0: one kernel for all (CUDA graphs fix the launch shape).
+    num_leading_decodes: int = 0
 
     @property
     def num_seqs(self) -> int:
         return len(self.seq_lens_cpu)
+
+    def rows_from(self, first: int) -> AttentionMetadata:
+        """The sequences from `first` on (query positions stay those of the whole batch)."""
+        return replace(
+            self,
+            query_start_loc=self.query_start_loc[first:],
+            seq_lens=self.seq_lens[first:],
+            block_tables=self.block_tables[first:],
+            query_start_loc_cpu=self.query_start_loc_cpu[first:],
+            seq_lens_cpu=self.seq_lens_cpu[first:],
+            num_leading_decodes=0,
+        )

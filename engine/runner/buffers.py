@@ -1,10 +1,15 @@
 """Persistent input buffers: host staging (pinned on CUDA) and their device twins.
 
 Every step writes its HostBatch into the same buffers, so copies are asynchronous and
-CUDA graphs can be captured over fixed addresses. A decode batch may be padded up to a
-captured graph's size: padding rows attend to one slot of a scratch block that no request
-owns (the cache has one block more than the scheduler knows), so kernels need no special
-case for them and their outputs are ignored.
+CUDA graphs can be captured over fixed addresses. A batch may be padded up to a captured
+graph's shape (`PaddedShape`). Padding writes and reads only a scratch block that no
+request owns (the cache has one block more than the scheduler knows), so kernels need no
+special case for it and its outputs are ignored:
+- a decode shape pads with rows of one token each, at the scratch block's first slot;
+- a ragged shape (prefill chunks, mixed batches) gives every padding token to one padding
+  row that attends causally over the scratch block (padding token j writes its slot
+  j % block_size, so every slot it reads was written in the same step), and leaves the
+  remaining rows empty (no query token: the kernel skips them).
 
 Tokens the step before sampled and the host has not seen yet (asynchronous scheduling) are
 gathered from that step's device tensor straight into the input ids.
@@ -19,6 +24,15 @@ import torch
 
 from pagoda.engine.layers.attention_metadata import AttentionMetadata
 from pagoda.engine.runner.input_batch import HostBatch
+
+
+@dataclass(frozen=True)
+class PaddedShape:
+    """The fixed shape a CUDA graph was captured at; a batch is padded up to it."""
+
+    tokens: int  # query tokens the forward computes
+    rows: int  # sequences (the attention kernels' grid)
+    decode: bool  # one token per row: the split-K decode kernel
 
 
 @dataclass
@@ -43,6 +57,8 @@ class InputBuffers:
         self.device = device
         self.scratch_slot = scratch_block * block_size
         self.scratch_block = scratch_block
+        self.block_size = block_size
+        self.max_rows = max_seqs
         pin = device.type == "cuda"
         shapes = {
             "input_ids": ((max_tokens,), torch.int64),
@@ -73,18 +89,17 @@ class InputBuffers:
     def load(
         self,
         batch: HostBatch,
-        pad_to: int | None = None,
+        pad_to: PaddedShape | None = None,
         num_splits: int = 1,
         previous_sampled: tuple[torch.Tensor, list[int]] | None = None,
     ) -> ModelInputs:
-        """Stage the batch (padded to `pad_to` decode rows) and start copying it over.
+        """Stage the batch (padded up to `pad_to`) and start copying it over.
 
         previous_sampled: (the last step's sampled token ids on the device, the row of each
         of `batch.tokens_on_device` in it).
         """
-        rows = pad_to or batch.num_seqs
-        tokens = rows if pad_to else batch.num_tokens
-        width = batch.block_tables.shape[1]
+        rows = pad_to.rows if pad_to else batch.num_seqs
+        tokens = pad_to.tokens if pad_to else batch.num_tokens
         host = self.host_np
         if self._copied is not None:
             self._copied.synchronize()
@@ -93,12 +108,15 @@ class InputBuffers:
         self._fill(host["slot_mapping"], batch.slot_mapping, tokens, self.scratch_slot)
         self._fill(host["seq_lens"], batch.seq_lens, rows, 1)
         host["query_start_loc"][: batch.num_seqs + 1] = batch.query_start_loc
-        if pad_to:  # one token per padding row
+        width = batch.block_tables.shape[1]
+        host["block_tables"][: batch.num_seqs, :width] = batch.block_tables
+        host["block_tables"][batch.num_seqs : rows, 0] = self.scratch_block
+        if pad_to and pad_to.decode:  # one token per padding row
             host["query_start_loc"][batch.num_seqs + 1 : rows + 1] = np.arange(
                 batch.num_seqs + 1, rows + 1
             )
-        host["block_tables"][: batch.num_seqs, :width] = batch.block_tables
-        host["block_tables"][batch.num_seqs : rows, 0] = self.scratch_block
+        elif pad_to:
+            width = max(width, self._pad_ragged(batch, pad_to))
         num_sampling = len(batch.logits_indices)
         host["logits_indices"][:num_sampling] = batch.logits_indices
         self._copy("input_ids", tokens)
@@ -113,17 +131,22 @@ class InputBuffers:
         dev_tables[:rows, :width].copy_(self.host["block_tables"][:rows, :width], non_blocking=True)
         if self._copied is not None:
             self._copied.record()
+        if pad_to:  # the kernels' launch shapes are the graph's, whatever the batch
+            max_query_len = 1 if pad_to.decode else pad_to.tokens
+        else:
+            max_query_len = int(np.diff(batch.query_start_loc).max())
         meta = AttentionMetadata(
             slot_mapping=self.dev["slot_mapping"][:tokens],
             query_start_loc=self.dev["query_start_loc"][: rows + 1],
             seq_lens=self.dev["seq_lens"][:rows],
             block_tables=dev_tables[:rows],
-            max_query_len=1 if pad_to else int(np.diff(batch.query_start_loc).max()),
+            max_query_len=max_query_len,
             max_seq_len=int(batch.seq_lens.max()) if batch.num_seqs else 1,
             query_start_loc_cpu=host["query_start_loc"][: rows + 1].tolist(),
             seq_lens_cpu=host["seq_lens"][:rows].tolist(),
-            decode_only=batch.decode_only,
+            decode_only=pad_to.decode if pad_to else batch.decode_only,
             num_splits=num_splits,
+            num_leading_decodes=0 if pad_to else _leading_decodes(batch),
         )
         return ModelInputs(
             input_ids=self.dev["input_ids"][:tokens],
@@ -132,6 +155,22 @@ class InputBuffers:
             logits_indices=self.dev["logits_indices"][:num_sampling],
             num_rows=rows,
         )
+
+    def _pad_ragged(self, batch: HostBatch, shape: PaddedShape) -> int:
+        """Give the padding tokens to one padding row over the scratch block; returns the
+        block-table width that row needs."""
+        host = self.host_np
+        first, count = batch.num_tokens, shape.tokens - batch.num_tokens
+        if count and batch.num_seqs >= shape.rows:
+            raise ValueError(f"{shape} has no row left for {count} padding tokens")
+        offsets = np.arange(count) % self.block_size
+        host["slot_mapping"][first : shape.tokens] = self.scratch_slot + offsets
+        host["query_start_loc"][batch.num_seqs + 1 : shape.rows + 1] = shape.tokens
+        width = -(-count // self.block_size)
+        if count:
+            host["seq_lens"][batch.num_seqs] = count
+            host["block_tables"][batch.num_seqs, :width] = self.scratch_block
+        return width
 
     def _gather_device_tokens(
         self, batch: HostBatch, previous_sampled: tuple[torch.Tensor, list[int]] | None
@@ -154,3 +193,10 @@ class InputBuffers:
 
     def _copy(self, name: str, length: int) -> None:
         self.dev[name][:length].copy_(self.host[name][:length], non_blocking=True)
+
+
+def _leading_decodes(batch: HostBatch) -> int:
+    """Sequences with one query token before the first longer one (0 when all are)."""
+    if batch.decode_only:
+        return 0
+    return int(np.argmax(np.diff(batch.query_start_loc) != 1))

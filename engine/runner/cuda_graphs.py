@@ -1,12 +1,23 @@
-"""CUDA graphs for decode steps, one per batch-size bucket.
+"""CUDA graphs of whole forward steps, one per padded shape.
 
-A decode step of a large model is hundreds of small kernel launches; replaying a captured
-graph removes their launch cost, which at batch 1 is most of the step. Graphs are
-captured over the fixed input buffers (buffers.py) for sizes up to `max_num_seqs`, largest
-first so they share one memory pool; a batch is padded up to the next captured size.
-Batches that are not decode-only, or larger than every graph, run eagerly. Under tensor
-parallelism the graphs hold the NCCL collectives too: every rank captures the same sizes
-in the same order (the executor calls them together) and replays the same bucket each step.
+A forward of a large model is hundreds of kernel launches; when it has few tokens the
+host cannot launch them as fast as the GPU runs them, so replaying a captured graph is
+most of the speed-up at batch 1, and for short prefills (a prompt whose prefix is cached
+leaves a few tokens to compute). Graphs are captured over the fixed input buffers
+(buffers.py) at two kinds of shape, largest first so they share one memory pool:
+
+- decode: batch-size buckets up to `max_num_seqs`, one token per row, the split-K decode
+  kernel; the graph ends with the logits of every row;
+- ragged: token-count buckets up to RAGGED_MAX_TOKENS for everything else (prefill chunks,
+  a prefill mixed with decodes), with as many rows as the token count allows (up to the
+  buffers' rows); the graph ends with the hidden states, and the logits of the few rows
+  that sample are computed after the replay.
+
+A batch is padded up to the smallest shape that holds it; larger batches run eagerly,
+where launches hide behind the matrix work. Only the Triton attention backend is captured:
+the torch reference reads the batch layout on the host. Under tensor parallelism the
+graphs hold the NCCL collectives too: every rank captures the same shapes in the same
+order (the executor calls them together) and replays the same shape each step.
 """
 
 from __future__ import annotations
@@ -18,75 +29,128 @@ import time
 import numpy as np
 import torch
 
+from pagoda.engine.runner.buffers import ModelInputs, PaddedShape
 from pagoda.engine.runner.input_batch import HostBatch
 
 logger = logging.getLogger(__name__)
 
+RAGGED_MAX_TOKENS = 512  # above it a prefill's matrix work hides its launches
+
 
 def graph_sizes(max_num_seqs: int) -> list[int]:
+    """Decode buckets: batch sizes up to max_num_seqs."""
     sizes = [1, 2, 4, 8, *range(16, 256, 16), *range(256, 1025, 64)]
     return [size for size in sizes if size <= max_num_seqs] or [1]
 
 
-class DecodeGraphs:
-    def __init__(self, runner, num_kv_heads: int) -> None:
-        self.runner = runner
-        self.sizes: list[int] = []
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.logits: dict[int, torch.Tensor] = {}
-        self.num_kv_heads = num_kv_heads  # this rank's
+def ragged_graph_sizes(max_tokens: int) -> list[int]:
+    """Ragged buckets: token counts up to max_tokens (the step budget, the model length)."""
+    sizes = [16, 32, 64, 96, 128, 192, 256, 384, RAGGED_MAX_TOKENS]
+    return [size for size in sizes if size <= max_tokens]
 
-    def num_splits(self, size: int) -> int:
+
+class StepGraphs:
+    def __init__(self, runner, num_kv_heads: int, max_rows: int) -> None:
+        self.runner = runner
+        self.num_kv_heads = num_kv_heads  # this rank's
+        self.max_rows = max_rows  # rows the input buffers hold
+        self.decode_sizes: list[int] = []
+        self.ragged_sizes: list[int] = []
+        self.outputs: dict[PaddedShape, torch.Tensor] = {}
+        self._graphs: dict[PaddedShape, torch.cuda.CUDAGraph] = {}
+        self._pool = None  # one memory pool for all of them
+
+    @property
+    def sizes(self) -> list[int]:  # the decode buckets (what the profile and tests name)
+        return self.decode_sizes
+
+    def decode_shape(self, size: int) -> PaddedShape:
+        return PaddedShape(tokens=size, rows=size, decode=True)
+
+    def ragged_shape(self, tokens: int) -> PaddedShape:
+        return PaddedShape(tokens=tokens, rows=min(tokens, self.max_rows), decode=False)
+
+    def num_splits(self, shape: PaddedShape) -> int:
+        if not shape.decode:
+            return 1  # the ragged kernel does not split
         from pagoda.engine.kernels.triton_decode import choose_num_splits  # CUDA only
 
-        return choose_num_splits(size, self.num_kv_heads)
+        return choose_num_splits(shape.rows, self.num_kv_heads)
 
-    def bucket(self, batch: HostBatch) -> int | None:
-        """The captured size this batch replays in, or None to run eagerly."""
-        if not batch.decode_only or not self.sizes or batch.num_seqs > self.sizes[-1]:
+    def bucket(self, batch: HostBatch) -> PaddedShape | None:
+        """The captured shape this batch replays in, or None to run eagerly."""
+        if batch.decode_only:
+            sizes = self.decode_sizes
+            if not sizes or batch.num_seqs > sizes[-1]:
+                return None
+            return self.decode_shape(sizes[bisect.bisect_left(sizes, batch.num_seqs)])
+        sizes = self.ragged_sizes
+        if not sizes or batch.num_tokens > sizes[-1]:
             return None
-        return self.sizes[bisect.bisect_left(self.sizes, batch.num_seqs)]
+        shape = self.ragged_shape(sizes[bisect.bisect_left(sizes, batch.num_tokens)])
+        needs_padding_row = batch.num_tokens < shape.tokens  # buffers.py: where they go
+        if batch.num_seqs + needs_padding_row > shape.rows:
+            return None  # more rows than the buffers hold (max_num_seqs > max_rows only)
+        return shape
 
     @torch.inference_mode()
-    def capture(self, sizes: list[int]) -> None:
+    def capture(self, decode_sizes: list[int], ragged_sizes: list[int]) -> None:
         started = time.perf_counter()
-        pool = torch.cuda.graph_pool_handle()
-        for size in sorted(sizes, reverse=True):
+        shapes = [self.decode_shape(s) for s in decode_sizes]
+        shapes += [self.ragged_shape(s) for s in ragged_sizes]
+        for shape in sorted(shapes, key=lambda s: s.tokens, reverse=True):
             inputs = self.runner.buffers.load(
-                _padding_batch(), pad_to=size, num_splits=self.num_splits(size)
+                _padding_batch(), pad_to=shape, num_splits=self.num_splits(shape)
             )
-            self.runner.forward_logits(inputs)  # warm up: compile kernels, settle allocator
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                self.logits[size] = self.runner.forward_logits(inputs)
-            self.graphs[size] = graph
-        torch.cuda.synchronize()
-        self.sizes = sorted(sizes)
+            self._capture_one(shape, inputs)
+        self.decode_sizes, self.ragged_sizes = sorted(decode_sizes), sorted(ragged_sizes)
         logger.info(
-            "captured %d decode CUDA graphs (batch 1..%d) in %.1fs",
-            len(sizes),
-            max(sizes),
+            "captured %d decode CUDA graphs (batch up to %d) and %d ragged ones (up to %d "
+            "tokens) in %.1fs",
+            len(decode_sizes),
+            max(decode_sizes),
+            len(ragged_sizes),
+            max(ragged_sizes, default=0),
             time.perf_counter() - started,
         )
 
-    def replay(self, size: int) -> torch.Tensor:
-        self.graphs[size].replay()
-        return self.logits[size]  # [size, vocab]: rows past the batch are padding
+    def _capture_one(self, shape: PaddedShape, inputs: ModelInputs) -> None:
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        forward = self._forward(shape)
+        forward(inputs)  # warm up: compile kernels, settle the allocator
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            self.outputs[shape] = forward(inputs)
+        torch.cuda.synchronize()
+        self._graphs[shape] = graph
+
+    def _forward(self, shape: PaddedShape):
+        if shape.decode:
+            return self.runner.forward_logits
+        return self.runner.forward_hidden
+
+    def replay(self, shape: PaddedShape) -> torch.Tensor:
+        """Decode: logits of every row; ragged: hidden states of every token (rows and
+        tokens past the batch are padding)."""
+        self._graphs[shape].replay()
+        return self.outputs[shape]
 
     @torch.inference_mode()
     def device_time_ms(self, size: int, iters: int = 50) -> float:
         """Device time of one decode step of `size` rows (benchmarks' profile): replays
         over padding rows, which read the weights as a real step does and attend to one
         slot of the scratch block (at short contexts attention is a small share)."""
-        size = self.sizes[bisect.bisect_left(self.sizes, size)]
-        self.runner.buffers.load(_padding_batch(), pad_to=size, num_splits=self.num_splits(size))
+        shape = self.decode_shape(self.sizes[bisect.bisect_left(self.sizes, size)])
+        self.runner.buffers.load(_padding_batch(), pad_to=shape, num_splits=self.num_splits(shape))
+        graph = self._graphs[shape]
         for _ in range(3):
-            self.graphs[size].replay()
+            graph.replay()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(iters):
-            self.graphs[size].replay()
+            graph.replay()
         end.record()
         end.synchronize()
         return start.elapsed_time(end) / iters

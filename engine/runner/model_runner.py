@@ -2,7 +2,8 @@
 
 It loads the model, sizes and binds the KV cache, and turns each scheduler step into one
 forward over a flattened ragged batch, then samples the next token of every sequence that
-caught up with its known tokens. On a GPU, decode steps replay captured CUDA graphs.
+caught up with its known tokens. On a GPU, decode steps and small prefill or mixed steps
+replay captured CUDA graphs (cuda_graphs.py).
 Inputs for a step are staged on the host and copied asynchronously, and `execute` returns
 before the device has finished: the sampled tokens are read when the engine asks for them
 (pending_output.py), after it has launched the next step.
@@ -31,8 +32,8 @@ from pagoda.engine.loader.sources import TensorSource
 from pagoda.engine.loader.weights import checkpoint_files, iterate_tensors, load_named_tensors
 from pagoda.engine.models.registry import model_class
 from pagoda.engine.runner import kv_cache
-from pagoda.engine.runner.buffers import InputBuffers, ModelInputs
-from pagoda.engine.runner.cuda_graphs import DecodeGraphs, graph_sizes
+from pagoda.engine.runner.buffers import InputBuffers, ModelInputs, PaddedShape
+from pagoda.engine.runner.cuda_graphs import StepGraphs, graph_sizes, ragged_graph_sizes
 from pagoda.engine.runner.input_batch import (
     HostBatch,
     RequestState,
@@ -74,7 +75,7 @@ class ModelRunner:
         self.sampler = Sampler(generator)
         self.kv_caches: list[torch.Tensor] = []
         self.buffers: InputBuffers | None = None
-        self.graphs: DecodeGraphs | None = None
+        self.graphs: StepGraphs | None = None
 
     def _build_model(self) -> torch.nn.Module:
         cls = model_class(self.model_config.architecture)
@@ -163,10 +164,20 @@ class ModelRunner:
         )
 
     def capture_cuda_graphs(self) -> None:
-        if self.device.type != "cuda" or self.config.enforce_eager:
+        config = self.config
+        # The torch reference attention reads the batch layout on the host: not capturable.
+        if (
+            self.device.type != "cuda"
+            or config.enforce_eager
+            or config.attention_backend != "triton"
+        ):
             return
-        self.graphs = DecodeGraphs(self, self.num_kv_heads)
-        self.graphs.capture(graph_sizes(self.config.max_num_seqs))
+        self.graphs = StepGraphs(self, self.num_kv_heads, self.buffers.max_rows)
+        self.graphs.capture(
+            graph_sizes(config.max_num_seqs),
+            # a padding row attends over up to all the shape's tokens: within the model length
+            ragged_graph_sizes(min(config.max_num_batched_tokens, config.max_model_len)),
+        )
 
     @torch.inference_mode()
     def _profile_peak_memory(self) -> int:
@@ -206,10 +217,13 @@ class ModelRunner:
 
     # -- one step --------------------------------------------------------------------
 
+    def forward_hidden(self, inputs: ModelInputs) -> torch.Tensor:
+        """Final hidden states of every token (what a ragged graph captures)."""
+        return self.model(inputs.input_ids, inputs.positions, inputs.meta)
+
     def forward_logits(self, inputs: ModelInputs) -> torch.Tensor:
         """Logits of every row (what a decode graph captures)."""
-        hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta)
-        return self.model.compute_logits(hidden)
+        return self.model.compute_logits(self.forward_hidden(inputs))
 
     def append_sampled(self, sampled_token_ids: dict[str, int]) -> None:
         """A worker rank learns the tokens the driver sampled in the previous step."""
@@ -237,8 +251,8 @@ class ModelRunner:
                 self.model_config.eos_token_ids,
                 self.device,
             )
-        graph_size = self.graphs.bucket(batch) if self.graphs is not None else None
-        logits = self._run_model(batch, need_logits, graph_size)
+        shape = self.graphs.bucket(batch) if self.graphs is not None else None
+        logits = self._run_model(batch, need_logits, shape)
         for request_id, num_tokens in scheduled.num_scheduled_tokens.items():
             self.requests[request_id].num_computed_tokens += num_tokens
         output = PendingOutput()
@@ -246,7 +260,8 @@ class ModelRunner:
             output = SampledStep(batch.sampling_states, self.sampler(logits, sampling))
             self._last_sampled = output
         if span is not None:
-            self.profile.end(span, "eager" if graph_size is None else "decode_graph")
+            kind = "eager" if shape is None else "decode_graph" if shape.decode else "ragged_graph"
+            self.profile.end(span, kind)
         return output
 
     def _previous_sampled(self, batch: HostBatch) -> tuple[torch.Tensor, list[int]] | None:
@@ -259,26 +274,30 @@ class ModelRunner:
         return last.token_ids, [last.row_of(state) for _, state in batch.tokens_on_device]
 
     def _run_model(
-        self, batch: HostBatch, need_logits: bool, size: int | None
+        self, batch: HostBatch, need_logits: bool, shape: PaddedShape | None
     ) -> torch.Tensor | None:
-        """Logits of the sampling rows: a replay of the decode graph of `size` rows, or
-        (size None) an eager forward."""
+        """Logits of the sampling rows: from a replay of the graph of `shape`, or (shape
+        None) from an eager forward."""
         previous = self._previous_sampled(batch)
-        if size is not None:
+        if shape is not None:
             inputs = self.buffers.load(
                 batch,
-                pad_to=size,
-                num_splits=self.graphs.num_splits(size),
+                pad_to=shape,
+                num_splits=self.graphs.num_splits(shape),
                 previous_sampled=previous,
             )
-            return self.graphs.replay(size)[inputs.logits_indices]
-        num_splits = 1
-        if batch.decode_only:
-            from pagoda.engine.kernels.triton_decode import choose_num_splits
+            output = self.graphs.replay(shape)
+            if shape.decode:  # the graph computed every row's logits
+                return output[inputs.logits_indices]
+            hidden = output
+        else:
+            num_splits = 1
+            if batch.decode_only:
+                from pagoda.engine.kernels.triton_decode import choose_num_splits
 
-            num_splits = choose_num_splits(batch.num_seqs, self.num_kv_heads)
-        inputs = self.buffers.load(batch, num_splits=num_splits, previous_sampled=previous)
-        hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta)
+                num_splits = choose_num_splits(batch.num_seqs, self.num_kv_heads)
+            inputs = self.buffers.load(batch, num_splits=num_splits, previous_sampled=previous)
+            hidden = self.forward_hidden(inputs)
         if not need_logits:
             return None
         return self.model.compute_logits(hidden[inputs.logits_indices])

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-KINDS = ("decode_graph", "eager")  # replayed CUDA graph; anything else (prefill, mixed)
+# replayed decode graph; replayed ragged graph (small prefill or mixed); anything else
+KINDS = ("decode_graph", "ragged_graph", "eager")
 
 
 class StepProfile:

@@ -27,6 +27,7 @@ def test_fp32_greedy_tokens_on_gpu_match_the_cpu_reference(arch, executor, tiny_
     assert gpu_llm.config.attention_backend == "triton"
     core = gpu_llm.engine.core
     assert core.runner.graphs is not None and core.runner.graphs.sizes
+    assert core.runner.graphs.ragged_sizes  # short prompts prefill in graphs too
     if executor == "mp":
         assert core.executor.tp.group.name() == "nccl"
     try:
@@ -55,6 +56,31 @@ def capture_logits(llm: LLM, prompts: list[str]) -> torch.Tensor:
     finally:
         del model.compute_logits
     return captured[0].cpu()
+
+
+def test_cached_prefixes_and_mixed_chunks_replay_ragged_graphs(llama_dir):
+    """Requests one at a time over a shared prefix (a few tokens left to compute), then
+    all at once under a small step budget (prefill chunks mixed with decodes)."""
+    shared = "a long shared system prompt that every request starts with " * 4
+    prompts = [shared + ending for ending in ("one", "two three", "four five six", "seven")]
+    settings = dict(max_num_batched_tokens=64, max_model_len=512)
+    cpu = LLM(str(llama_dir), device="cpu", **settings).generate(prompts, GREEDY)
+    llm = LLM(str(llama_dir), device="cuda", dtype="float32", **settings)
+    profile = llm.engine.core.runner.profile
+    profile.enabled = True
+    gpu = [llm.generate(p, GREEDY)[0] for p in prompts] + llm.generate(prompts, GREEDY)
+    steps = profile.summary()
+    assert steps["steps_ragged_graph"] >= len(prompts) and steps["steps_decode_graph"]
+    assert_same_tokens(cpu + cpu, gpu, "GPU (graphs)")
+
+
+def test_the_torch_attention_backend_on_gpu_runs_eagerly(llama_dir):
+    """The reference attention reads the batch layout on the host: never captured."""
+    prompts = parity_prompts()[:8]
+    cpu = LLM(str(llama_dir), device="cpu").generate(prompts, GREEDY)
+    llm = LLM(str(llama_dir), device="cuda", dtype="float32", attention_backend="torch")
+    assert llm.engine.core.runner.graphs is None
+    assert_same_tokens(cpu, llm.generate(prompts, GREEDY), "GPU (torch attention)")
 
 
 def test_bf16_logits_on_gpu_are_close_to_fp32_on_cpu(llama_dir):

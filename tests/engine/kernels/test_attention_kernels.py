@@ -28,13 +28,16 @@ def random_batch(
     dtype,
     device,
     decode_only=False,
+    leading_decodes=0,
 ):
-    """Random sequences with scattered block tables and a random query tail each."""
+    """Random sequences with scattered block tables and a random query tail each (one
+    token for the first `leading_decodes`, as a mixed batch's running requests)."""
     seq_lens, query_lens = [], []
-    for _ in range(num_seqs):
+    for index in range(num_seqs):
         seq_len = rng.randint(1, max_context)
         seq_lens.append(seq_len)
-        query_lens.append(1 if decode_only else rng.randint(1, seq_len))
+        one_token = decode_only or index < leading_decodes
+        query_lens.append(1 if one_token else rng.randint(1, seq_len))
     blocks_per_seq = [-(-s // block_size) for s in seq_lens]
     num_blocks = sum(blocks_per_seq) + 3
     ids = list(range(num_blocks))
@@ -58,6 +61,8 @@ def random_batch(
         max_seq_len=max(seq_lens),
         query_start_loc_cpu=starts,
         seq_lens_cpu=seq_lens,
+        decode_only=decode_only,
+        num_leading_decodes=0 if decode_only else leading_decodes,
     )
     return kv_cache.to(device), meta
 
@@ -95,6 +100,31 @@ def test_triton_matches_reference_at_small_shapes(triton_attention, index):
         torch.testing.assert_close(got, expected, atol=2e-5, rtol=2e-5)
 
 
+@pytest.mark.parametrize("leading_decodes", [1, 4])
+def test_mixed_batches_split_between_decode_and_ragged_kernels(leading_decodes):
+    """One-token rows first (the decode kernel), then prefill chunks (the ragged one)."""
+    from pagoda.engine.layers.attention import TritonBackend
+
+    device = "cuda" if ON_GPU else "cpu"
+    for index, (heads, kv_heads, dim, window) in enumerate([(4, 2, 16, None), (6, 2, 24, 9)]):
+        rng = random.Random(index)
+        kv_cache, meta = random_batch(
+            rng,
+            num_seqs=leading_decodes + 2,
+            max_context=70,
+            block_size=16,
+            num_kv_heads=kv_heads,
+            head_dim=dim,
+            dtype=torch.float32,
+            device=device,
+            leading_decodes=leading_decodes,
+        )
+        query = torch.randn(meta.query_start_loc_cpu[-1], heads, dim, device=device)
+        expected = reference.paged_attention(query, kv_cache, meta, dim**-0.5, window)
+        got = TritonBackend()(query, kv_cache, meta, dim**-0.5, window)
+        torch.testing.assert_close(got, expected, atol=2e-5, rtol=2e-5)
+
+
 def test_store_kv_writes_every_slot():
     kv_cache = torch.full((2, 4, 4, 2, 8), float("nan"))
     key, value = torch.randn(5, 2, 8), torch.randn(5, 2, 8)
@@ -112,7 +142,9 @@ def test_store_kv_writes_every_slot():
 def test_triton_matches_reference_at_full_shapes(triton_attention, dtype):
     """Llama-3.1-8B attention shapes: 32 heads, 8 KV heads, head_dim 128."""
     rng = random.Random(0)
-    for decode_only in (False, True):
+    from pagoda.engine.layers.attention import TritonBackend
+
+    for decode_only, leading_decodes in ((False, 0), (True, 0), (False, 16)):
         kv_cache, meta = random_batch(
             rng,
             num_seqs=24,
@@ -123,10 +155,14 @@ def test_triton_matches_reference_at_full_shapes(triton_attention, dtype):
             dtype=dtype,
             device="cuda",
             decode_only=decode_only,
+            leading_decodes=leading_decodes,
         )
         query = torch.randn(meta.query_start_loc_cpu[-1], 32, 128, device="cuda", dtype=dtype)
         expected = reference.paged_attention(query, kv_cache, meta, 128**-0.5)
-        got = triton_attention.paged_attention(query, kv_cache, meta, 128**-0.5)
+        if leading_decodes:  # the mixed-batch split: decode kernel, then ragged kernel
+            got = TritonBackend()(query, kv_cache, meta, 128**-0.5, None)
+        else:
+            got = triton_attention.paged_attention(query, kv_cache, meta, 128**-0.5)
         tolerance = 2e-5 if dtype == torch.float32 else 2e-2
         torch.testing.assert_close(got.float(), expected.float(), atol=tolerance, rtol=tolerance)
 
