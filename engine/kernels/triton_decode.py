@@ -203,7 +203,11 @@ def paged_decode_attention(
     head_dim_padded = triton.next_power_of_2(head_dim)
     # Measured on the H200 (bench/kernel_sweep.py): long unsplit contexts like wide tiles
     # and deep pipelines (4.0 TB/s at batch 256); split ranges are short.
-    tile_n = tile_n or max(128 if num_splits == 1 else 64, block_size)
+    if tile_n is None:
+        tile_n = 128 if num_splits == 1 else 64
+        if query.element_size() == 4:  # the same shared memory a stage as 16-bit inputs
+            tile_n //= 2
+        tile_n = max(tile_n, block_size)
     num_stages = num_stages or (4 if num_splits == 1 else 3)
     key_cache, value_cache = kv_cache[0], kv_cache[1]
     partial_out = out if num_splits == 1 else workspace.partial

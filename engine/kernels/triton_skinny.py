@@ -83,6 +83,10 @@ def skinny_linear(
         raise ValueError(f"skinny_linear serves at most {MAX_ROWS} rows, got {rows}")
     if x.stride(1) != 1:
         x = x.contiguous()  # the kernel reads each row with unit stride
+    if x.element_size() == 4:
+        # Settings are measured on 16-bit inputs; fp32 tiles of the same bytes (and the same
+        # shared memory per pipeline stage) are half as wide.
+        block_k = max(16, block_k // 2)
     out = torch.empty(rows, fan_out, dtype=x.dtype, device=x.device)
     _skinny_matmul_kernel[(triton.cdiv(fan_out, block_n),)](
         x,

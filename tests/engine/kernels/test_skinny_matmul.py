@@ -52,3 +52,19 @@ def test_bf16_llama_shapes_on_gpu(skinny, rows, fan_in, fan_out):
     weight = torch.randn(fan_out, fan_in, device=DEVICE, dtype=torch.bfloat16) * 0.02
     out = skinny.skinny_linear(x, weight)
     assert relative_error(out, F.linear(x.double(), weight.double())) < 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("projection", ["qkv_proj", "o_proj", "down_proj"])
+def test_the_runners_launch_settings_fit_in_fp32_and_bf16(skinny, projection, dtype):
+    """The swept settings were measured in bf16; fp32 (the parity tests) needs the same
+    shared memory a pipeline stage, not twice."""
+    from pagoda.engine.runner.model_runner import SKINNY_SETTINGS
+
+    x = torch.randn(16, 4096, device=DEVICE, dtype=dtype)
+    weight = torch.randn(1024, 4096, device=DEVICE, dtype=dtype) * 0.02
+    out = skinny.skinny_linear(x, weight, **SKINNY_SETTINGS[projection])
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-2
+    assert relative_error(out, F.linear(x.double(), weight.double())) < tolerance
