@@ -65,8 +65,14 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_step_arguments(parser: argparse.ArgumentParser) -> None:
-    """How the engine runs its steps on a GPU (also `pagoda bench`'s)."""
+    """How the engine runs its steps on a GPU and stores K/V (also `pagoda bench`'s)."""
     parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    parser.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        choices=["auto", "fp8", "fp8_e4m3"],
+        help="auto: the model's dtype; fp8: float8 e4m3, twice the tokens in the same memory",
+    )
     parser.add_argument(
         "--async-scheduling",
         action=argparse.BooleanOptionalAction,
@@ -92,6 +98,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         "tensor_parallel_size": args.tensor_parallel_size,
         "enforce_eager": args.enforce_eager,
         "async_scheduling": args.async_scheduling,
+        "kv_cache_dtype": args.kv_cache_dtype,
     }
 
 

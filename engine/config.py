@@ -19,6 +19,10 @@ from pagoda.engine.loader.hf_config import ModelConfig, load_model_config, parse
 DEFAULT_CPU_KV_CACHE_BYTES = 1 << 30
 
 
+# KV-cache storage: None is the model's dtype.
+KV_CACHE_DTYPES = {"auto": None, "fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn}
+
+
 @dataclass
 class EngineConfig:
     model: str
@@ -45,6 +49,9 @@ class EngineConfig:
     prefix_cache_hash_seed: int | None = None  # None: random per engine
     load_format: str = "safetensors"  # or "dummy": random weights (benchmarks)
     enforce_eager: bool = False  # True: no CUDA graphs
+    # auto: the model's dtype; fp8: float8 e4m3, half the bytes a token (twice the tokens
+    # in the same memory, half the K/V reads of a decode step), values stored unscaled.
+    kv_cache_dtype: str = "auto"
     # Schedule and launch step N+1 before reading step N's tokens, so host work overlaps
     # the device's. Default: on with one rank in this process ('uni'), where it can be.
     async_scheduling: bool | None = None
@@ -78,6 +85,10 @@ class EngineConfig:
     def torch_dtype(self) -> torch.dtype:
         return parse_dtype(self.dtype)
 
+    @property
+    def kv_cache_torch_dtype(self) -> torch.dtype:
+        return KV_CACHE_DTYPES[self.kv_cache_dtype] or self.torch_dtype
+
     def scheduler_config(self) -> SchedulerConfig:
         return SchedulerConfig(
             max_num_seqs=self.max_num_seqs,
@@ -97,6 +108,11 @@ class EngineConfig:
             )
         if not self.worker_timeout_s > 0:
             raise ValueError(f"worker_timeout_s must be positive, got {self.worker_timeout_s}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(
+                f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
+                f"got {self.kv_cache_dtype!r}"
+            )
         if self.block_size & (self.block_size - 1):
             raise ValueError(f"block_size must be a power of two, got {self.block_size}")
         if not 0 < self.gpu_memory_utilization <= 1:

@@ -145,6 +145,7 @@ class _Run:
             gpu_memory_utilization=self.args.gpu_memory_utilization,
             enforce_eager=self.args.enforce_eager,
             async_scheduling=self.args.async_scheduling,
+            kv_cache_dtype=self.args.kv_cache_dtype,
         )
         if self.hf_model is not None:
             llm.engine.core.runner.load_weights(self.hf_model.named_parameters())

@@ -15,8 +15,24 @@ def store_kv(
 ) -> None:
     """Write each token's K/V into its slot. kv_cache: [2, blocks, block_size, kv_heads, dim]."""
     num_kv_heads, head_dim = kv_cache.shape[-2:]
-    kv_cache[0].view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, key)
-    kv_cache[1].view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, value)
+    key, value = to_cache_dtype(key, kv_cache.dtype), to_cache_dtype(value, kv_cache.dtype)
+    cache = _as_bits(kv_cache)
+    cache[0].view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, _as_bits(key))
+    cache[1].view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, _as_bits(value))
+
+
+def _as_bits(x: torch.Tensor) -> torch.Tensor:
+    """Float8 tensors as their bytes: index_copy/index_select have no float8 CPU kernels."""
+    return x.view(torch.uint8) if x.element_size() == 1 and x.is_floating_point() else x
+
+
+def to_cache_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x as the cache stores it: float8 saturates at its largest finite value (a plain
+    cast would turn anything beyond it into NaN)."""
+    if dtype.itemsize == 1 and dtype.is_floating_point:
+        limit = torch.finfo(dtype).max
+        return x.float().clamp(-limit, limit).to(dtype)
+    return x.to(dtype)
 
 
 def gather_kv(
@@ -26,9 +42,10 @@ def gather_kv(
     block_size = kv_cache.shape[2]
     blocks = block_table[: -(-seq_len // block_size)].long()
     num_kv_heads, head_dim = kv_cache.shape[-2:]
-    key = kv_cache[0, blocks].reshape(-1, num_kv_heads, head_dim)[:seq_len]
-    value = kv_cache[1, blocks].reshape(-1, num_kv_heads, head_dim)[:seq_len]
-    return key, value
+    cache = _as_bits(kv_cache)
+    key = cache[0, blocks].reshape(-1, num_kv_heads, head_dim)[:seq_len]
+    value = cache[1, blocks].reshape(-1, num_kv_heads, head_dim)[:seq_len]
+    return key.view(kv_cache.dtype), value.view(kv_cache.dtype)
 
 
 def causal_mask(

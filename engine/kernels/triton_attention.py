@@ -88,7 +88,7 @@ def _paged_attention_kernel(
             k_cache_ptr + token_offs[None, :] + offs_d[:, None],
             mask=in_range[None, :] & d_mask[:, None],
             other=0.0,
-        )  # [D, TILE_N]
+        ).to(q.dtype)  # [D, TILE_N]; a float8 cache is widened to the query's dtype
         if IEEE_FP32:  # noqa: SIM108 - constexpr branches compile separately
             s = tl.dot(q, k, input_precision="ieee")
         else:
@@ -107,11 +107,11 @@ def _paged_attention_kernel(
             v_cache_ptr + token_offs[:, None] + offs_d[None, :],
             mask=in_range[:, None] & d_mask[None, :],
             other=0.0,
-        )  # [TILE_N, D]
+        ).to(q.dtype)  # [TILE_N, D]
         if IEEE_FP32:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v, input_precision="ieee")
         else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v)
         m_i = m_new
 
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # padding rows saw no key

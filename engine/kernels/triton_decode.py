@@ -91,6 +91,7 @@ def _decode_partial_kernel(
         )
         kv_mask = valid[None, :] & d_mask[:, None]
         k = tl.load(k_cache_ptr + token_offs[None, :] + offs_d[:, None], mask=kv_mask, other=0.0)
+        k = k.to(q.dtype)  # a float8 cache is widened to the query's dtype
         if IEEE_FP32:  # noqa: SIM108 - constexpr branches compile separately
             s = tl.dot(q, k, input_precision="ieee")
         else:
@@ -105,11 +106,11 @@ def _decode_partial_kernel(
             v_cache_ptr + token_offs[:, None] + offs_d[None, :],
             mask=valid[:, None] & d_mask[None, :],
             other=0.0,
-        )
+        ).to(q.dtype)
         if IEEE_FP32:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v, input_precision="ieee")
         else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v)
         m_i = m_new
 
     out_mask = g_mask[:, None] & d_mask[None, :]

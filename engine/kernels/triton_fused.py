@@ -127,6 +127,7 @@ def _rope_and_store_kernel(
     HEADS_PADDED: tl.constexpr,
     HALF_PADDED: tl.constexpr,
     QK_NORM: tl.constexpr,
+    CACHE_MAX: tl.constexpr,  # a float8 cache's largest value (saturate, not NaN); else 0
 ):
     token = tl.program_id(0).to(tl.int64)
     is_kv = tl.program_id(1)  # 0: query heads, 1: key and value heads
@@ -169,13 +170,21 @@ def _rope_and_store_kernel(
     else:
         slot = tl.load(slot_mapping_ptr + token)
         cache = slot * stride_cache_slot + offs_h[:, None] * stride_cache_head + offs_d[None, :]
-        tl.store(k_cache_ptr + cache, rot1, mask=mask)
-        tl.store(k_cache_ptr + cache + half, rot2, mask=mask)
+        tl.store(k_cache_ptr + cache, _as_cached(rot1, k_cache_ptr, CACHE_MAX), mask=mask)
+        tl.store(k_cache_ptr + cache + half, _as_cached(rot2, k_cache_ptr, CACHE_MAX), mask=mask)
         v_base = row + (NUM_HEADS + NUM_KV_HEADS) * HEAD_DIM + offs_h[:, None] * HEAD_DIM
         v1 = tl.load(v_base + offs_d[None, :], mask=mask, other=0.0)
         v2 = tl.load(v_base + half + offs_d[None, :], mask=mask, other=0.0)
-        tl.store(v_cache_ptr + cache, v1, mask=mask)
-        tl.store(v_cache_ptr + cache + half, v2, mask=mask)
+        tl.store(v_cache_ptr + cache, _as_cached(v1, v_cache_ptr, CACHE_MAX), mask=mask)
+        tl.store(v_cache_ptr + cache + half, _as_cached(v2, v_cache_ptr, CACHE_MAX), mask=mask)
+
+
+@triton.jit
+def _as_cached(x, cache_ptr, CACHE_MAX: tl.constexpr):
+    """x in the cache's dtype, as kernels.reference.to_cache_dtype makes it."""
+    if CACHE_MAX > 0:
+        x = tl.minimum(tl.maximum(x.to(tl.float32), -CACHE_MAX), CACHE_MAX)
+    return x.to(cache_ptr.dtype.element_ty)
 
 
 def rope_and_store(
@@ -220,5 +229,6 @@ def rope_and_store(
         HEADS_PADDED=triton.next_power_of_2(num_heads),
         HALF_PADDED=triton.next_power_of_2(head_dim // 2),
         QK_NORM=q_norm is not None,
+        CACHE_MAX=torch.finfo(kv_cache.dtype).max if kv_cache.element_size() == 1 else 0,
     )
     return q

@@ -26,7 +26,7 @@ def kv_heads_per_rank(config: EngineConfig) -> int:
 def bytes_per_block(config: EngineConfig) -> int:
     """One block on one rank."""
     model = config.model_config
-    element_size = torch.tensor([], dtype=config.torch_dtype).element_size()
+    element_size = torch.tensor([], dtype=config.kv_cache_torch_dtype).element_size()
     # K and V, every layer, every slot of the block.
     return (
         2
@@ -89,5 +89,6 @@ def allocate_kv_caches(
     model = config.model_config
     shape = (2, num_blocks, config.block_size, kv_heads_per_rank(config), model.head_dim)
     return [
-        torch.zeros(shape, dtype=config.torch_dtype, device=device) for _ in range(model.num_layers)
+        torch.zeros(shape, dtype=config.kv_cache_torch_dtype, device=device)
+        for _ in range(model.num_layers)
     ]

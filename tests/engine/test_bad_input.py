@@ -187,6 +187,7 @@ def test_unreadable_config_and_missing_folder(model_copy, tmp_path):
         ({"worker_timeout_s": 0}, "worker_timeout_s"),
         ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
         ({"dtype": "float8"}, "unsupported dtype"),
+        ({"kv_cache_dtype": "int4"}, "kv_cache_dtype must be one of auto, fp8"),
         ({"enable_chunked_prefill": False, "max_num_batched_tokens": 16}, "chunked prefill"),
         ({"device": "tpu"}, "device"),
     ],

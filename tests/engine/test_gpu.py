@@ -91,6 +91,23 @@ def test_bf16_logits_on_gpu_are_close_to_fp32_on_cpu(llama_dir):
     assert relative_error < 2e-2
 
 
+def test_a_float8_kv_cache_on_gpu_matches_the_reference_path(llama_dir):
+    """The Triton path (fused store, both attention kernels, graphs) against the CPU
+    reference with the same float8 cache, in fp32 and with bf16 queries."""
+    prompts = parity_prompts()[:16]
+    settings = dict(max_model_len=512, kv_cache_dtype="fp8")
+    cpu = capture_logits(LLM(str(llama_dir), device="cpu", **settings), prompts)
+    gpu_llm = LLM(str(llama_dir), device="cuda", dtype="float32", **settings)
+    gpu = capture_logits(gpu_llm, prompts)
+    assert torch.isfinite(gpu).all()
+    # fp32 compute on both sides; a K/V value may round to a neighbouring float8 step
+    assert (gpu - cpu).norm() / cpu.norm() < 2e-2
+    bf16 = LLM(str(llama_dir), device="cuda", dtype="bfloat16", **settings)
+    assert bf16.engine.core.runner.kv_caches[0].dtype == torch.float8_e4m3fn
+    outputs = bf16.generate(prompts, GREEDY)  # bf16 queries widen the float8 K/V
+    assert all(len(o.outputs[0].token_ids) == 16 for o in outputs)
+
+
 def test_kv_cache_is_sized_from_free_gpu_memory(llama_dir):
     llm = LLM(str(llama_dir), device="cuda", max_model_len=2048, gpu_memory_utilization=0.05)
     core = llm.engine.core

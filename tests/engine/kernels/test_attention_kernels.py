@@ -125,6 +125,41 @@ def test_mixed_batches_split_between_decode_and_ragged_kernels(leading_decodes):
         torch.testing.assert_close(got, expected, atol=2e-5, rtol=2e-5)
 
 
+@pytest.mark.parametrize("decode_only", [False, True])
+def test_a_float8_cache_is_read_as_the_reference_reads_it(decode_only):
+    """The kernels widen float8 K/V to the query's dtype; the reference does the same."""
+    from pagoda.engine.layers.attention import TritonBackend
+
+    device = "cuda" if ON_GPU else "cpu"
+    rng = random.Random(7)
+    kv_cache, meta = random_batch(
+        rng,
+        num_seqs=4,
+        max_context=70,
+        block_size=16,
+        num_kv_heads=2,
+        head_dim=32,
+        dtype=torch.float32,
+        device=device,
+        decode_only=decode_only,
+        leading_decodes=0 if decode_only else 2,
+    )
+    kv_cache = reference.to_cache_dtype(kv_cache * 3, torch.float8_e4m3fn)
+    query = torch.randn(meta.query_start_loc_cpu[-1], 4, 32, device=device)
+    expected = reference.paged_attention(query, kv_cache, meta, 32**-0.5)
+    got = TritonBackend()(query, kv_cache, meta, 32**-0.5, None)
+    torch.testing.assert_close(got, expected, atol=2e-5, rtol=2e-5)
+
+
+def test_store_kv_saturates_a_float8_cache():
+    kv_cache = torch.zeros(2, 2, 4, 1, 2, dtype=torch.float8_e4m3fn)
+    key = torch.tensor([[[1000.0, -0.3]], [[-5000.0, 17.0]]])
+    reference.store_kv(key, -key, kv_cache, torch.tensor([1, 6]))
+    stored = kv_cache.float().view(2, -1, 1, 2)[:, [1, 6]]
+    assert torch.equal(stored[0, :, 0], torch.tensor([[448.0, -0.3125], [-448.0, 16.0]]))
+    assert torch.equal(stored[1], -stored[0])
+
+
 def test_store_kv_writes_every_slot():
     kv_cache = torch.full((2, 4, 4, 2, 8), float("nan"))
     key, value = torch.randn(5, 2, 8), torch.randn(5, 2, 8)

@@ -88,6 +88,28 @@ def test_rope_and_store_matches_rotary_plus_store(fused, qk_norm):
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="Triton's interpreter rounds to float8 differently")
+def test_rope_and_store_into_a_float8_cache_saturates_like_the_reference(fused):
+    heads, kv_heads, dim, tokens = 4, 2, 64, 9
+    rotary = RotaryEmbedding(dim, 64, 10000.0, None).to(DEVICE)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, device=DEVICE, dtype=torch.bfloat16)
+    qkv[:, heads * dim :] *= 100  # K/V beyond float8's 448 must saturate, not turn NaN
+    positions = torch.arange(tokens, device=DEVICE)
+    slots = torch.arange(tokens, device=DEVICE) * 3
+    q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
+    _, expected_k = rotary(positions, q.view(tokens, heads, dim), k.view(tokens, kv_heads, dim))
+    expected = torch.zeros(2, 4, 8, kv_heads, dim, device=DEVICE, dtype=torch.float8_e4m3fn)
+    reference.store_kv(expected_k, v.view(tokens, kv_heads, dim), expected, slots)
+    cache = torch.zeros_like(expected)
+    fused.rope_and_store(qkv, positions, rotary.cos, rotary.sin, cache, slots, heads, kv_heads, dim)
+    written = cache.view(2, -1, kv_heads, dim)[:, slots].float()
+    assert torch.isfinite(written).all() and written.abs().max() == 448
+    # the same float8 value, or one step apart where bf16 rotation rounds differently
+    wanted = expected.view(2, -1, kv_heads, dim)[:, slots].float()
+    torch.testing.assert_close(written, wanted, atol=1e-2, rtol=0.13)
+
+
+@pytest.mark.gpu
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
 def test_fused_kernels_at_llama_8b_sizes_in_bf16(fused):
     x = torch.randn(300, 4096, device="cuda", dtype=torch.bfloat16)
