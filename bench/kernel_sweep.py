@@ -1,6 +1,10 @@
 """Time the attention kernels' launch settings on a GPU; prints achieved bandwidth.
 
-    python bench/kernel_sweep.py
+    python bench/kernel_sweep.py                  # bf16 KV cache
+    python bench/kernel_sweep.py --kv-cache-dtype fp8 --batch-1 no
+
+With a float8 cache each setting also runs with the products in fp16 and in the query's
+dtype (bf16), the `dot_fp16` choice of triton_decode.dot_in_fp16.
 
 Decode: batch 256 with 1,024-2,048-token contexts (the throughput workload's steady
 state) and batch 1; prefill: 8 fresh 1,024-token prompts. Llama-3.1-8B attention shapes.
@@ -21,6 +25,9 @@ from pagoda.engine.layers.attention_metadata import AttentionMetadata
 HEADS, KV_HEADS, DIM, BLOCK = 32, 8, 128, 16
 
 
+KV_DTYPE = torch.bfloat16  # --kv-cache-dtype
+
+
 def make_batch(seq_lens: list[int], query_lens: list[int]):
     blocks = [-(-s // BLOCK) for s in seq_lens]
     total = sum(blocks)
@@ -31,7 +38,7 @@ def make_batch(seq_lens: list[int], query_lens: list[int]):
     for i, count in enumerate(blocks):
         table[i, :count] = ids[cursor : cursor + count]
         cursor += count
-    cache = torch.randn(2, total, BLOCK, KV_HEADS, DIM, dtype=torch.bfloat16, device="cuda")
+    cache = torch.randn(2, total, BLOCK, KV_HEADS, DIM, device="cuda").to(KV_DTYPE)
     starts = [0]
     for q in query_lens:
         starts.append(starts[-1] + q)
@@ -46,7 +53,7 @@ def make_batch(seq_lens: list[int], query_lens: list[int]):
         seq_lens_cpu=seq_lens,
     )
     query = torch.randn(starts[-1], HEADS, DIM, dtype=torch.bfloat16, device="cuda")
-    kv_bytes = sum(seq_lens) * KV_HEADS * DIM * 2 * 2
+    kv_bytes = sum(seq_lens) * KV_HEADS * DIM * 2 * cache.element_size()
     return cache, meta, query, kv_bytes
 
 
@@ -58,10 +65,11 @@ def sweep_decode(batch: int, low: int, high: int) -> None:
     workspace = triton_decode.DecodeWorkspace(batch, HEADS, DIM, 16, torch.device("cuda"))
     rows = []
     if batch > 32:
-        grid = itertools.product([1, 2], [64, 128], [4, 8], [2, 4])
+        grid = itertools.product([1, 2], [64, 128, 256], [4, 8], [2, 4])
     else:
         grid = itertools.product([8, 16], [32, 64], [4], [2, 3])
-    for splits, tile, warps, stages in grid:
+    dots = [True, False] if cache.element_size() == 1 else [None]
+    for (splits, tile, warps, stages), dot_fp16 in itertools.product(grid, dots):
         run = functools.partial(
             triton_decode.paged_decode_attention,
             query,
@@ -75,6 +83,7 @@ def sweep_decode(batch: int, low: int, high: int) -> None:
             tile_n=tile,
             num_warps=warps,
             num_stages=stages,
+            dot_fp16=dot_fp16,
         )
 
         try:
@@ -82,14 +91,26 @@ def sweep_decode(batch: int, low: int, high: int) -> None:
         except Exception as exc:  # a setting that does not compile is just skipped
             print("skip", splits, tile, warps, stages, type(exc).__name__)
             continue
-        rows.append((ms, splits, tile, warps, stages, kv_bytes / ms / 1e9))
+        rows.append((ms, splits, tile, warps, stages, dot_fp16, kv_bytes / ms / 1e9))
     rows.sort()
-    print(f"decode batch {batch}, contexts {low}-{high}: {kv_bytes / 1e9:.2f} GB of K/V")
-    for ms, splits, tile, warps, stages, tbps in rows[:6]:
+    print(
+        f"decode batch {batch}, contexts {low}-{high}: {kv_bytes / 1e9:.2f} GB of K/V ({KV_DTYPE})"
+    )
+    for ms, splits, tile, warps, stages, dot_fp16, tbps in rows[:8]:
+        dot = "" if dot_fp16 is None else f" dot={'fp16' if dot_fp16 else 'bf16'}"
         print(
             f"  {ms * 1e3:8.1f} us  splits={splits} tile={tile} warps={warps} "
-            f"stages={stages}  {tbps:.2f} TB/s"
+            f"stages={stages}{dot}  {tbps:.2f} TB/s"
         )
+    ms = triton.testing.do_bench(  # as the runner launches it
+        lambda: triton_decode.paged_decode_attention(
+            query, cache, meta.block_tables, meta.seq_lens, DIM**-0.5, None, None, workspace
+        ),
+        warmup=20,
+        rep=100,
+        return_mode="median",
+    )
+    print(f"  {ms * 1e3:8.1f} us  the runner's defaults  {kv_bytes / ms / 1e9:.2f} TB/s")
 
 
 def sweep_prefill() -> None:
@@ -125,6 +146,16 @@ def sweep_prefill() -> None:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default="auto")
+    parser.add_argument("--batch-1", choices=["yes", "no"], default="yes")
+    parser.add_argument("--prefill", choices=["yes", "no"], default="yes")
+    args = parser.parse_args()
+    KV_DTYPE = torch.float8_e4m3fn if args.kv_cache_dtype == "fp8" else torch.bfloat16
     sweep_decode(256, 1024, 2048)
-    sweep_decode(1, 128, 384)
-    sweep_prefill()
+    if args.batch_1 == "yes":
+        sweep_decode(1, 128, 384)
+    if args.prefill == "yes":
+        sweep_prefill()

@@ -13,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+from pagoda.engine.kernels.triton_decode import dot_in_fp16
 from pagoda.engine.layers.attention_metadata import AttentionMetadata
 
 LOG2E = 1.4426950408889634
@@ -44,6 +45,7 @@ def _paged_attention_kernel(
     BLOCK_M: tl.constexpr,
     TILE_N: tl.constexpr,  # KV tokens per iteration, a multiple of BLOCK_SIZE
     IEEE_FP32: tl.constexpr,
+    DOT_FP16: tl.constexpr,  # float8 K/V: products in fp16 (triton_decode.dot_in_fp16)
 ):
     seq = tl.program_id(0)
     head = tl.program_id(1)
@@ -62,6 +64,8 @@ def _paged_attention_kernel(
     q_pos = context_len + offs_m  # absolute positions of these queries
     q_ptrs = q_ptr + (q_start + offs_m)[:, None] * stride_q_token + head * stride_q_head
     q = tl.load(q_ptrs + offs_d[None, :], mask=m_mask[:, None] & d_mask[None, :], other=0.0)
+    if DOT_FP16:
+        q = q.to(tl.float16)  # K, V and p follow q's dtype below
 
     kv_head = head // QUERIES_PER_KV
     kv_end = tl.minimum(seq_len, context_len + (m_block + 1) * BLOCK_M)
@@ -88,7 +92,7 @@ def _paged_attention_kernel(
             k_cache_ptr + token_offs[None, :] + offs_d[:, None],
             mask=in_range[None, :] & d_mask[:, None],
             other=0.0,
-        ).to(q.dtype)  # [D, TILE_N]; a float8 cache is widened to the query's dtype
+        ).to(q.dtype)  # [D, TILE_N]; a float8 cache is widened to the products' dtype
         if IEEE_FP32:  # noqa: SIM108 - constexpr branches compile separately
             s = tl.dot(q, k, input_precision="ieee")
         else:
@@ -134,6 +138,7 @@ def paged_attention(
     num_warps: int = 4,
     num_stages: int = 3,
     out: torch.Tensor | None = None,
+    dot_fp16: bool | None = None,  # None: as triton_decode.dot_in_fp16 (sweeps override)
 ) -> torch.Tensor:
     """Same contract as kernels.reference.paged_attention. Only the query rows of the
     metadata's sequences are written (into `out` when given)."""
@@ -170,6 +175,7 @@ def paged_attention(
         BLOCK_M=block_m,
         TILE_N=tile_n or max(64, block_size),
         IEEE_FP32=query.dtype == torch.float32,
+        DOT_FP16=dot_in_fp16(query, kv_cache) if dot_fp16 is None else dot_fp16,
         num_warps=num_warps,
         num_stages=num_stages,
     )

@@ -48,6 +48,7 @@ def _decode_partial_kernel(
     NUM_SPLITS: tl.constexpr,
     NUM_HEADS: tl.constexpr,
     IEEE_FP32: tl.constexpr,
+    DOT_FP16: tl.constexpr,  # float8 K/V: products in fp16 (see dot_in_fp16)
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -72,6 +73,8 @@ def _decode_partial_kernel(
         mask=g_mask[:, None] & d_mask[None, :],
         other=0.0,
     )
+    if DOT_FP16:
+        q = q.to(tl.float16)  # K, V and p follow q's dtype below
 
     m_i = tl.full([GROUP_PADDED], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([GROUP_PADDED], dtype=tl.float32)
@@ -91,7 +94,7 @@ def _decode_partial_kernel(
         )
         kv_mask = valid[None, :] & d_mask[:, None]
         k = tl.load(k_cache_ptr + token_offs[None, :] + offs_d[:, None], mask=kv_mask, other=0.0)
-        k = k.to(q.dtype)  # a float8 cache is widened to the query's dtype
+        k = k.to(q.dtype)  # a float8 cache is widened to the products' dtype
         if IEEE_FP32:  # noqa: SIM108 - constexpr branches compile separately
             s = tl.dot(q, k, input_precision="ieee")
         else:
@@ -163,6 +166,13 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, num_sms: int = 132) -> i
     return max(1, min(16, triton.cdiv(2 * num_sms, programs)))
 
 
+def dot_in_fp16(query: torch.Tensor, kv_cache: torch.Tensor) -> bool:
+    """Whether a 16-bit query over a float8 cache multiplies in fp16: every float8 e4m3
+    value is exact in fp16 and the hardware widens e4m3 to fp16 in one instruction (to
+    bf16 it takes several); a bf16 query loses nothing in fp16 short of ±65504."""
+    return kv_cache.element_size() == 1 and query.dtype in (torch.float16, torch.bfloat16)
+
+
 class DecodeWorkspace:
     """Scratch buffers for split-K partials, allocated once (CUDA graphs need fixed ones)."""
 
@@ -189,6 +199,7 @@ def paged_decode_attention(
     num_warps: int = 4,
     num_stages: int | None = None,
     out: torch.Tensor | None = None,  # contiguous, like query
+    dot_fp16: bool | None = None,  # None: dot_in_fp16 (an override for sweeps)
 ) -> torch.Tensor:
     num_seqs, num_heads, head_dim = query.shape
     _, _, block_size, num_kv_heads, _ = kv_cache.shape
@@ -240,6 +251,7 @@ def paged_decode_attention(
         NUM_SPLITS=num_splits,
         NUM_HEADS=num_heads,
         IEEE_FP32=query.dtype == torch.float32,
+        DOT_FP16=dot_in_fp16(query, kv_cache) if dot_fp16 is None else dot_fp16,
         num_warps=num_warps,
         num_stages=num_stages,
     )

@@ -93,7 +93,7 @@ def test_rope_and_store_into_a_float8_cache_saturates_like_the_reference(fused):
     heads, kv_heads, dim, tokens = 4, 2, 64, 9
     rotary = RotaryEmbedding(dim, 64, 10000.0, None).to(DEVICE)
     qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, device=DEVICE, dtype=torch.bfloat16)
-    qkv[:, heads * dim :] *= 100  # K/V beyond float8's 448 must saturate, not turn NaN
+    qkv[:, heads * dim :] *= 1000  # K/V beyond float8's 448 must saturate, not turn NaN
     positions = torch.arange(tokens, device=DEVICE)
     slots = torch.arange(tokens, device=DEVICE) * 3
     q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
