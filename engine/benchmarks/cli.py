@@ -5,6 +5,8 @@ and the GPU workloads, where one command runs Pagoda and the HF peer on the same
     pagoda bench throughput --num-prompts 1000 --hf-num-prompts 32
     pagoda bench latency
     pagoda bench prefix-reuse
+    pagoda bench throughput --tensor-parallel-size 2   # scaling; or latency
+    pagoda bench tp-parity --tensor-parallel-size 2    # greedy tokens of N ranks vs one
 
 The GPU workloads write bench/results/<date>-<gpu>-<workload>.json (see results.py).
 """
@@ -54,6 +56,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     prefix.add_argument("--prefix-len", type=int, default=2000)
     prefix.add_argument("--suffix-len", type=int, default=16)
     prefix.set_defaults(handler=_prefix_reuse, backend="pagoda")
+
+    parity = workloads.add_parser(
+        "tp-parity", help="greedy tokens at --tensor-parallel-size N against one GPU"
+    )
+    _common(parity)
+    parity.add_argument("--num-prompts", type=int, default=32)
+    parity.add_argument("--input-len", type=int, default=128)
+    parity.add_argument("--output-len", type=int, default=64)
+    parity.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.05,
+        help="nats: where tokens diverge, N ranks' token must be one-rank's runner-up by "
+        "at most this (a bf16 near-tie)",
+    )
+    # both engines are alive in turn in one process: leave the first one's leftovers room
+    parity.set_defaults(handler=_tp_parity, backend="hf", gpu_memory_utilization=0.5)
 
 
 def _register_serve(workloads: argparse._SubParsersAction) -> None:
@@ -106,6 +125,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
     parser.add_argument("--max-model-len", type=int, default=4096)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=1,
+        help="GPUs the engine splits the model over; with the HF peer, its weights reach "
+        "every rank through a safetensors file",
+    )
     add_step_arguments(parser)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
 
@@ -125,34 +151,66 @@ class _Run:
         unknown = self.backends - {"pagoda", "hf"}
         if unknown or not self.backends:
             raise ValueError(f"--backend takes pagoda and/or hf, got {args.backend!r}")
+        if args.tensor_parallel_size > torch.cuda.device_count():
+            raise ValueError(
+                f"--tensor-parallel-size {args.tensor_parallel_size} needs that many GPUs, "
+                f"{torch.cuda.device_count()} visible"
+            )
         self.tmp = tempfile.TemporaryDirectory()
         self.model_dir = write_model_dir(Path(self.tmp.name) / "model", args.shape)
         self.hf_model = build_hf_model(self.model_dir) if "hf" in self.backends else None
+        self.weights_on_disk = False
 
-    def pagoda(self):
-        """Start the engine; with the HF peer loaded, copy its weights and free it."""
-        import torch
-
+    def pagoda(self, tensor_parallel_size: int | None = None):
+        """Start the engine on the HF peer's weights when it is loaded (handed over in
+        this process with one rank, else through a file), else on random ones."""
         from pagoda.engine import LLM
 
+        size = tensor_parallel_size or self.args.tensor_parallel_size
+        if self.hf_model is not None and size > 1:
+            self._weights_to_disk()
         llm = LLM(
             str(self.model_dir),
-            load_format="dummy",
+            load_format="safetensors" if self.weights_on_disk else "dummy",
             dtype="bfloat16",
             max_num_seqs=self.args.max_num_seqs,
             max_num_batched_tokens=self.args.max_num_batched_tokens,
             max_model_len=self.args.max_model_len,
             gpu_memory_utilization=self.args.gpu_memory_utilization,
+            tensor_parallel_size=size,
             enforce_eager=self.args.enforce_eager,
             async_scheduling=self.args.async_scheduling,
             kv_cache_dtype=self.args.kv_cache_dtype,
         )
         if self.hf_model is not None:
             llm.engine.core.runner.load_weights(self.hf_model.named_parameters())
-            self.hf_model = None
-            gc.collect()
-            torch.cuda.empty_cache()
+            self._free_hf_model()
         return llm
+
+    def _weights_to_disk(self) -> None:
+        from pagoda.engine.benchmarks.model import save_weights
+
+        logger.info("writing the HF peer's weights for the tensor-parallel ranks")
+        save_weights(self.hf_model, self.model_dir)
+        self.weights_on_disk = True
+        self._free_hf_model()
+
+    def _free_hf_model(self) -> None:
+        import torch
+
+        self.hf_model = None
+        gc.collect()
+        torch.cuda.empty_cache()
+
+    @staticmethod
+    def release(llm) -> None:
+        """Stop an engine and give its GPU memory back before the next one starts."""
+        import torch
+
+        llm.shutdown()
+        del llm
+        gc.collect()
+        torch.cuda.empty_cache()
 
     @property
     def vocab_size(self) -> int:
@@ -207,4 +265,26 @@ def _prefix_reuse(args: argparse.Namespace) -> int:
         )
     }
     results.write("prefix-reuse", args, figures, ceiling={})
+    return 0
+
+
+def _tp_parity(args: argparse.Namespace) -> int:
+    from pagoda.engine.benchmarks import results, workloads
+    from pagoda.engine.benchmarks.model import random_prompts
+
+    size = args.tensor_parallel_size
+    if size < 2:
+        raise ValueError("tp-parity compares N ranks with one: pass --tensor-parallel-size N >= 2")
+    run = _Run(args)
+    if run.hf_model is None:
+        raise ValueError("tp-parity needs the HF model's weights for both runs: keep --backend hf")
+    run._weights_to_disk()  # both engines load the same file
+    prompts = random_prompts(args.num_prompts, args.input_len, run.vocab_size, seed=3)
+    outputs = {}
+    for ranks in (1, size):
+        llm = run.pagoda(tensor_parallel_size=ranks)
+        outputs[ranks] = workloads.greedy_with_logprobs(llm, prompts, args.output_len)
+        run.release(llm)
+    figures = {"pagoda": workloads.compare_greedy(outputs[1], outputs[size], args.tolerance)}
+    results.write("tp-parity", args, figures, ceiling={})
     return 0

@@ -3,7 +3,8 @@
 No download exists on the benchmark machine, so the checkpoint folder holds only a
 config.json and a small tokenizer (prompts are token ids); the weights are random
 (normal, std 0.02) and, when the HF peer runs too, handed from its model to Pagoda so
-both run exactly the same weights.
+both run exactly the same weights (with tensor parallelism, through a safetensors file
+in the folder).
 """
 
 from __future__ import annotations
@@ -58,12 +59,14 @@ def random_prompts(count: int, length: int, vocab_size: int, seed: int) -> list[
     return [[rng.randrange(3, vocab_size) for _ in range(length)] for _ in range(count)]
 
 
-def build_hf_model(model_dir: Path):
-    """transformers' own Llama on the GPU, random-initialised (std 0.02) by transformers."""
+def build_hf_model(model_dir: Path, seed: int = 0):
+    """transformers' own Llama on the GPU, random-initialised (std 0.02) by transformers,
+    from a fixed seed: runs at different tensor-parallel sizes get the same weights."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(model_dir)
+    torch.manual_seed(seed)
     with torch.device("cuda"):
         model = AutoModelForCausalLM.from_config(
             config, dtype=torch.bfloat16, attn_implementation="sdpa"
@@ -71,3 +74,15 @@ def build_hf_model(model_dir: Path):
     model.generation_config.eos_token_id = None  # every run generates the asked lengths
     model.generation_config.pad_token_id = 0
     return model.eval()
+
+
+def save_weights(model, model_dir: Path) -> Path:
+    """The model's weights as the folder's model.safetensors, under checkpoint names, so
+    every tensor-parallel rank loads its own shard of them (ranks > 0 run in other
+    processes and cannot be handed tensors)."""
+    from safetensors.torch import save_file
+
+    path = model_dir / "model.safetensors"
+    tensors = {name: t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
+    save_file(tensors, path, metadata={"format": "pt"})
+    return path

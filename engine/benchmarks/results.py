@@ -39,7 +39,9 @@ def write(workload: str, args: argparse.Namespace, figures: dict, ceiling: dict)
     }
     args.out.mkdir(parents=True, exist_ok=True)
     machine = gpu.lower().replace("nvidia ", "").replace(" ", "-")
-    path = args.out / f"{date.today()}-{machine}-{workload}.json"
+    ranks = getattr(args, "tensor_parallel_size", 1)
+    suffix = f"-tp{ranks}" if ranks > 1 else ""
+    path = args.out / f"{date.today()}-{machine}-{workload}{suffix}.json"
     path.write_text(json.dumps(record, indent=2) + "\n")
     _print_table(workload, figures, record["ratios"])
     print(f"wrote {path}")

@@ -81,7 +81,9 @@ def pagoda_latency(
         long_ttft.append(_timed(lambda p=long_prompts[i]: llm.generate(p, _greedy(1))))
     figures = _latency_figures(first_token, whole, long_ttft, output_len)
     graphs = llm.engine.core.runner.graphs
-    if graphs is not None:  # the profile: how much of a decode step is the GPU's
+    # The profile: how much of a decode step is the GPU's. Not with several ranks: rank
+    # 0 replaying alone would wait forever in the graph's collectives.
+    if graphs is not None and llm.config.tensor_parallel_size == 1:
         figures["decode_step_device_ms"] = graphs.device_time_ms(1)
         figures["decode_step_wall_ms"] = 1e3 / figures["decode_tokens_per_s"]
     return figures
@@ -168,3 +170,40 @@ def pagoda_prefix_reuse(
 
 def _ttft(output) -> float:
     return output.metrics.first_token_time - output.metrics.arrival_time
+
+
+# -- tensor parallelism: N ranks against one ----------------------------------------
+
+
+def greedy_with_logprobs(llm: LLM, prompts: list[list[int]], output_len: int) -> list:
+    """Each prompt's greedy completion, with the top-2 logprobs of every step."""
+    params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True, logprobs=2)
+    return [output.outputs[0] for output in llm.generate(prompts, params)]
+
+
+def compare_greedy(reference: list, other: list, tolerance: float) -> dict:
+    """How many completions are token for token the reference's; where one diverges, the
+    gap (nats, under the reference) between the reference's token and the other's. A gap
+    within `tolerance` is a near-tie that rounding may legitimately flip; the tokens
+    after a divergence are not compared (they continue different texts)."""
+    identical, near_ties, diverged = 0, [], []
+    for index, (want, got) in enumerate(zip(reference, other, strict=True)):
+        if want.token_ids == got.token_ids:
+            identical += 1
+            continue
+        # same lengths: every request ignores EOS and asks for the same count
+        pairs = zip(want.token_ids, got.token_ids, strict=True)
+        position = next(i for i, (a, b) in enumerate(pairs) if a != b)
+        step = want.logprobs[position]
+        runner_up = dict(step.top).get(got.token_ids[position], float("-inf"))
+        gap = step.logprob - runner_up
+        where = {"prompt": index, "position": position, "gap_nats": gap}
+        (near_ties if gap <= tolerance else diverged).append(where)
+    return {
+        "prompts": len(reference),
+        "identical": identical,
+        "near_ties": len(near_ties),
+        "diverged": len(diverged),
+        "tolerance_nats": tolerance,
+        "divergences": sorted(near_ties + diverged, key=lambda d: -d["gap_nats"])[:10],
+    }

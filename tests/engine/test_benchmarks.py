@@ -68,3 +68,54 @@ def test_weights_handed_over_from_transformers_give_the_same_tokens(llama_dir, l
     dummy.engine.core.runner.load_weights(hf.named_parameters())
     expected = llm.generate("the cache", params)[0].outputs[0].token_ids
     assert dummy.generate("the cache", params)[0].outputs[0].token_ids == expected != before
+
+
+def _completion(tokens, steps):
+    """A CompletionOutput whose step i had logprob `steps[i][0]` and top list steps[i][1]."""
+    from pagoda.engine.core.messages import Logprobs
+    from pagoda.engine.outputs import CompletionOutput
+
+    logprobs = [Logprobs(t, lp, 1, top) for t, (lp, top) in zip(tokens, steps, strict=True)]
+    return CompletionOutput(index=0, text="", token_ids=tokens, logprobs=logprobs)
+
+
+def test_compare_greedy_tells_near_ties_from_divergences():
+    steps = [(-1.0, [(5, -1.0), (6, -1.02)]), (-0.5, [(7, -0.5), (8, -2.0)])]
+    reference = [_completion([5, 7], steps), _completion([5, 7], steps)]
+    reference.append(_completion([5, 7], steps))
+    other = [
+        _completion([5, 7], steps),  # identical
+        _completion([6, 9], steps),  # 6 was 0.02 nats behind 5: a near-tie
+        _completion([5, 8], steps),  # 8 was 1.5 nats behind 7: a real divergence
+    ]
+    figures = workloads.compare_greedy(reference, other, tolerance=0.05)
+    assert (figures["identical"], figures["near_ties"], figures["diverged"]) == (1, 1, 1)
+    assert figures["divergences"][0] == {"prompt": 2, "position": 1, "gap_nats": 1.5}
+
+
+@pytest.mark.slow
+def test_weights_in_a_file_give_every_rank_the_handed_over_tokens(llama_dir, llm, tmp_path):
+    """What `pagoda bench --tensor-parallel-size N` does with the HF peer's weights: a
+    safetensors file the ranks load, the same tokens as the in-process hand-over."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    from pagoda.engine.benchmarks.model import save_weights
+
+    hf = AutoModelForCausalLM.from_pretrained(llama_dir, dtype=torch.float32)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for item in llama_dir.iterdir():
+        if not item.name.endswith(".safetensors"):
+            shutil.copy(item, folder / item.name)
+    save_weights(hf, folder)
+    prompts = random_prompts(4, 12, 1000, seed=5)
+    one = workloads.greedy_with_logprobs(llm, prompts, 8)
+    two_ranks = LLM(str(folder), max_model_len=512, tensor_parallel_size=2)
+    try:
+        two = workloads.greedy_with_logprobs(two_ranks, prompts, 8)
+    finally:
+        two_ranks.shutdown()
+    figures = workloads.compare_greedy(one, two, tolerance=0.0)
+    assert figures["identical"] == 4, figures
