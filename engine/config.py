@@ -49,8 +49,8 @@ class EngineConfig:
     prefix_cache_hash_seed: int | None = None  # None: random per engine
     load_format: str = "safetensors"  # or "dummy": random weights (benchmarks)
     enforce_eager: bool = False  # True: no CUDA graphs
-    # auto: the model's dtype; fp8: float8 e4m3, half the bytes a token (twice the tokens
-    # in the same memory, half the K/V reads of a decode step), values stored unscaled.
+    # auto: the model's dtype; fp8: float8 e4m3, half the bytes a token of a 16-bit cache
+    # (twice the tokens in the same memory), values stored unscaled and saturating.
     kv_cache_dtype: str = "auto"
     # Schedule and launch step N+1 before reading step N's tokens, so host work overlaps
     # the device's. Default: on with one rank in this process ('uni'), where it can be.

@@ -61,7 +61,8 @@ class StepGraphs:
         self._pool = None  # one memory pool for all of them
 
     @property
-    def sizes(self) -> list[int]:  # the decode buckets (what the profile and tests name)
+    def sizes(self) -> list[int]:
+        """The decode buckets."""
         return self.decode_sizes
 
     def decode_shape(self, size: int) -> PaddedShape:
@@ -88,9 +89,11 @@ class StepGraphs:
         if not sizes or batch.num_tokens > sizes[-1]:
             return None
         shape = self.ragged_shape(sizes[bisect.bisect_left(sizes, batch.num_tokens)])
-        needs_padding_row = batch.num_tokens < shape.tokens  # buffers.py: where they go
+        # Padding tokens need a row of their own (buffers.py); a batch that already takes
+        # every row of the shape and has tokens to pad runs eagerly.
+        needs_padding_row = batch.num_tokens < shape.tokens
         if batch.num_seqs + needs_padding_row > shape.rows:
-            return None  # more rows than the buffers hold (max_num_seqs > max_rows only)
+            return None
         return shape
 
     @torch.inference_mode()
