@@ -49,6 +49,23 @@ def test_bad_input_exits_2_with_one_clear_line(tmp_path, llama_dir):
         "--async-scheduling",
     )  # refused before any worker starts
     assert overlap.returncode == 2 and "async_scheduling needs" in overlap.stderr
+    dtype = pagoda("generate", str(llama_dir), "--prompt", "x", "--kv-cache-dtype", "int4")
+    assert dtype.returncode == 2 and "invalid choice: 'int4'" in dtype.stderr
+
+
+def test_generate_with_a_float8_kv_cache(llama_dir):
+    result = pagoda(
+        "generate",
+        str(llama_dir),
+        "--prompt",
+        "hello",
+        "--max-tokens",
+        "4",
+        "--kv-cache-dtype",
+        "fp8",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "--- 'hello'" in result.stdout
 
 
 def test_version_and_help():
