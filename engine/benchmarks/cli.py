@@ -202,15 +202,21 @@ class _Run:
         gc.collect()
         torch.cuda.empty_cache()
 
-    @staticmethod
-    def release(llm) -> None:
-        """Stop an engine and give its GPU memory back before the next one starts."""
+    def greedy_at(self, ranks: int, prompts: list[list[int]], output_len: int) -> list:
+        """Greedy completions from an engine of `ranks` GPUs, stopped and freed after, so
+        the next one has the memory."""
         import torch
 
-        llm.shutdown()
-        del llm
-        gc.collect()
-        torch.cuda.empty_cache()
+        from pagoda.engine.benchmarks import workloads
+
+        llm = self.pagoda(tensor_parallel_size=ranks)
+        try:
+            return workloads.greedy_with_logprobs(llm, prompts, output_len)
+        finally:
+            llm.shutdown()
+            del llm  # the last reference: the engine's tensors go with the collection
+            gc.collect()
+            torch.cuda.empty_cache()
 
     @property
     def vocab_size(self) -> int:
@@ -280,11 +286,7 @@ def _tp_parity(args: argparse.Namespace) -> int:
         raise ValueError("tp-parity needs the HF model's weights for both runs: keep --backend hf")
     run._weights_to_disk()  # both engines load the same file
     prompts = random_prompts(args.num_prompts, args.input_len, run.vocab_size, seed=3)
-    outputs = {}
-    for ranks in (1, size):
-        llm = run.pagoda(tensor_parallel_size=ranks)
-        outputs[ranks] = workloads.greedy_with_logprobs(llm, prompts, args.output_len)
-        run.release(llm)
+    outputs = {ranks: run.greedy_at(ranks, prompts, args.output_len) for ranks in (1, size)}
     figures = {"pagoda": workloads.compare_greedy(outputs[1], outputs[size], args.tolerance)}
     results.write("tp-parity", args, figures, ceiling={})
     return 0
