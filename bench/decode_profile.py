@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from pagoda.engine.runner.cuda_graphs import replay_time_ms
+
 HIDDEN, INTERMEDIATE, LAYERS, VOCAB = 4096, 14336, 32, 128256
 HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
 PROJECTIONS = {  # (in, out) per layer, as the engine fuses them
@@ -30,14 +32,7 @@ def graph_time_ms(fn, iters: int = 20) -> float:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / iters
+    return replay_time_ms(graph, iters)
 
 
 def copy_bandwidth() -> float:

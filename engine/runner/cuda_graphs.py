@@ -60,11 +60,6 @@ class StepGraphs:
         self._graphs: dict[PaddedShape, torch.cuda.CUDAGraph] = {}
         self._pool = None  # one memory pool for all of them
 
-    @property
-    def sizes(self) -> list[int]:
-        """The decode buckets."""
-        return self.decode_sizes
-
     def decode_shape(self, size: int) -> PaddedShape:
         return PaddedShape(tokens=size, rows=size, decode=True)
 
@@ -145,18 +140,23 @@ class StepGraphs:
         """Device time of one decode step of `size` rows (benchmarks' profile): replays
         over padding rows, which read the weights as a real step does and attend to one
         slot of the scratch block (at short contexts attention is a small share)."""
-        shape = self.decode_shape(self.sizes[bisect.bisect_left(self.sizes, size)])
+        sizes = self.decode_sizes
+        shape = self.decode_shape(sizes[bisect.bisect_left(sizes, size)])
         self.runner.buffers.load(_padding_batch(), pad_to=shape, num_splits=self.num_splits(shape))
-        graph = self._graphs[shape]
-        for _ in range(3):
-            graph.replay()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / iters
+        return replay_time_ms(self._graphs[shape], iters, warmup=3)
+
+
+def replay_time_ms(graph: torch.cuda.CUDAGraph, iters: int, warmup: int = 1) -> float:
+    """Mean device time of one replay of `graph`, over `iters` back-to-back replays."""
+    for _ in range(warmup):
+        graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / iters
 
 
 def _padding_batch() -> HostBatch:

@@ -26,7 +26,7 @@ def test_fp32_greedy_tokens_on_gpu_match_the_cpu_reference(arch, executor, tiny_
     gpu_llm = LLM(model_dir, device="cuda", dtype="float32", distributed_executor_backend=executor)
     assert gpu_llm.config.attention_backend == "triton"
     core = gpu_llm.engine.core
-    assert core.runner.graphs is not None and core.runner.graphs.sizes
+    assert core.runner.graphs is not None and core.runner.graphs.decode_sizes
     assert core.runner.graphs.ragged_sizes  # short prompts prefill in graphs too
     if executor == "mp":
         assert core.executor.tp.group.name() == "nccl"
@@ -133,7 +133,7 @@ def test_two_gpus_give_the_tokens_of_the_cpu_reference(arch, tiny_model_dir):
     cpu = LLM(model_dir, device="cpu").generate(prompts, GREEDY)
     llm = LLM(model_dir, device="cuda", dtype="float32", tensor_parallel_size=2)
     try:
-        assert llm.engine.core.runner.graphs.sizes  # captured on both ranks in lockstep
+        assert llm.engine.core.runner.graphs.decode_sizes  # captured on both ranks in lockstep
         gpu = llm.generate(prompts, GREEDY)
     finally:
         llm.shutdown()
