@@ -20,7 +20,7 @@ import torch
 import triton
 
 from pagoda.engine.kernels import triton_attention, triton_decode
-from pagoda.engine.layers.attention_metadata import AttentionMetadata
+from pagoda.engine.kernels.attention_metadata import AttentionMetadata
 
 HEADS, KV_HEADS, DIM, BLOCK = 32, 8, 128, 16
 

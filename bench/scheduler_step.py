@@ -22,9 +22,9 @@ from pathlib import Path
 
 from pagoda.engine.benchmarks.results import git_commit
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
-from pagoda.engine.core.messages import ModelRunnerOutput
+from pagoda.engine.core.request import Request
 from pagoda.engine.core.scheduler import Scheduler, SchedulerConfig
-from pagoda.engine.request import Request
+from pagoda.engine.messages import ModelRunnerOutput
 from pagoda.engine.sampling_params import SamplingParams
 
 BLOCK_SIZE = 16

@@ -5,9 +5,9 @@ llm = LLM(model="path/to/checkpoint")
 outputs = llm.generate(["Hello"], SamplingParams(max_tokens=16))
 """
 
-from pagoda.engine.async_llm import AsyncLLM, EngineDeadError
 from pagoda.engine.config import EngineConfig
-from pagoda.engine.llm import LLM
+from pagoda.engine.frontend.async_llm import AsyncLLM, EngineDeadError
+from pagoda.engine.frontend.llm import LLM
 from pagoda.engine.outputs import CompletionOutput, RequestOutput
 from pagoda.engine.sampling_params import SamplingParams
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import torch
 
-from pagoda.engine.core.scheduler import SchedulerConfig
-from pagoda.engine.layers.attention import BACKENDS
-from pagoda.engine.loader.hf_config import ModelConfig, load_model_config, parse_dtype
+from pagoda.engine.model_config import ModelConfig, load_model_config, parse_dtype
 
 DEFAULT_CPU_KV_CACHE_BYTES = 1 << 30
+# torch: the pure-torch reference (any device); triton: the Triton kernels (CUDA).
+ATTENTION_BACKENDS = ("torch", "triton")
 
 
 # KV-cache storage: None is the model's dtype.
@@ -88,14 +88,6 @@ class EngineConfig:
     @property
     def kv_cache_torch_dtype(self) -> torch.dtype:
         return KV_CACHE_DTYPES[self.kv_cache_dtype] or self.torch_dtype
-
-    def scheduler_config(self) -> SchedulerConfig:
-        return SchedulerConfig(
-            max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            enable_chunked_prefill=self.enable_chunked_prefill,
-            policy=self.scheduling_policy,
-        )
 
     def _check_basics(self) -> None:
         if not Path(self.model).is_dir():
@@ -196,8 +188,10 @@ class EngineConfig:
         backend = self.attention_backend or (
             "triton" if self.device.startswith("cuda") else "torch"
         )
-        if backend not in BACKENDS:
-            raise ValueError(f"attention_backend must be one of {BACKENDS}, got {backend!r}")
+        if backend not in ATTENTION_BACKENDS:
+            raise ValueError(
+                f"attention_backend must be one of {ATTENTION_BACKENDS}, got {backend!r}"
+            )
         if backend == "triton" and self.block_size < 16:
             raise ValueError("the triton attention backend needs block_size >= 16")
         return backend

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pagoda.engine.core.messages import Logprobs
+from pagoda.engine.messages import Logprobs
 
 
 @dataclass

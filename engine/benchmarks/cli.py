@@ -19,7 +19,7 @@ import logging
 import tempfile
 from pathlib import Path
 
-from pagoda.engine.cli import add_step_arguments
+from pagoda.engine.engine_flags import add_step_flags
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="GPUs the engine splits the model over; with the HF peer, its weights reach "
         "every rank through a safetensors file",
     )
-    add_step_arguments(parser)
+    add_step_flags(parser)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from pagoda.engine.core.block_hash import extend_block_hashes, make_root_hash
 from pagoda.engine.core.block_pool import BlockPool, KVCacheBlock
-from pagoda.engine.request import Request
+from pagoda.engine.core.request import Request
 
 
 @dataclass

@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Protocol
 
-from pagoda.engine.request import Request
+from pagoda.engine.core.request import Request
 
 
 class RequestQueue(Protocol):

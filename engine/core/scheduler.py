@@ -21,7 +21,9 @@ import time
 from dataclasses import dataclass
 
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
-from pagoda.engine.core.messages import (
+from pagoda.engine.core.request import Request, RequestStatus
+from pagoda.engine.core.request_queue import make_request_queue
+from pagoda.engine.messages import (
     CachedRequestData,
     EngineCoreOutput,
     ModelRunnerOutput,
@@ -29,8 +31,6 @@ from pagoda.engine.core.messages import (
     SchedulerOutput,
     SchedulerStats,
 )
-from pagoda.engine.core.request_queue import make_request_queue
-from pagoda.engine.request import Request, RequestStatus
 
 logger = logging.getLogger(__name__)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+from pagoda.engine.engine_flags import engine_kwargs
 from pagoda.engine.entrypoints.settings import (
     add_serve_arguments,
     check_lora_arguments,
@@ -26,7 +27,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from pagoda.engine.cli import engine_kwargs
     from pagoda.engine.config import EngineConfig
 
     check_lora_arguments(args)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pagoda.engine.core.messages import Logprobs
 from pagoda.engine.entrypoints.protocol import (
     ChatLogprobs,
     CompletionLogprobs,
     TokenLogprob,
     TopLogprob,
 )
+from pagoda.engine.messages import Logprobs
 
 
 class TokenTexts:

@@ -21,7 +21,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from pagoda.engine.core.messages import SchedulerStats
+from pagoda.engine.messages import SchedulerStats
 from pagoda.engine.processing.stats import IterationStats
 
 FINISH_REASONS = ("stop", "length", "abort")

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 from fastapi import Request
 
-from pagoda.engine.async_llm import AsyncLLM
 from pagoda.engine.entrypoints.admission import Ticket
 from pagoda.engine.entrypoints.errors import APIError
 from pagoda.engine.entrypoints.logprobs import TokenTexts, chat_logprobs
@@ -33,6 +32,7 @@ from pagoda.engine.entrypoints.streaming import (
     respond,
     sse,
 )
+from pagoda.engine.frontend.async_llm import AsyncLLM
 from pagoda.engine.outputs import CompletionOutput
 from pagoda.engine.processing.input_processor import PreparedRequest
 from pagoda.engine.processing.tokenizer import apply_chat_template

@@ -9,6 +9,8 @@ import argparse
 import os
 from dataclasses import dataclass
 
+from pagoda.engine.engine_flags import add_engine_flags
+
 DEFAULT_PORT = 8000
 
 
@@ -35,8 +37,6 @@ class ServerSettings:
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    from pagoda.engine.cli import add_engine_arguments
-
     parser.add_argument("model", metavar="MODEL_DIR")
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
@@ -51,7 +51,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("PAGODA_API_KEY"),
         help="require 'Authorization: Bearer KEY' on /v1 (default: $PAGODA_API_KEY)",
     )
-    add_engine_arguments(parser)
+    add_engine_flags(parser)
     _add_lora_arguments(parser.add_argument_group("LoRA (not supported yet)"))
     _add_server_arguments(parser.add_argument_group("server"))
 

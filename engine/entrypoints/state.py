@@ -13,12 +13,12 @@ import logging
 import time
 from collections.abc import Callable
 
-from pagoda.engine.async_llm import AsyncLLM
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.entrypoints.admission import Admission, overloaded
 from pagoda.engine.entrypoints.errors import APIError
 from pagoda.engine.entrypoints.metrics import PrometheusStatLogger
 from pagoda.engine.entrypoints.settings import ServerSettings
+from pagoda.engine.frontend.async_llm import AsyncLLM
 from pagoda.engine.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)

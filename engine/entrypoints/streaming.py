@@ -13,9 +13,9 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
-from pagoda.engine.async_llm import EngineDeadError
 from pagoda.engine.entrypoints.admission import Ticket
 from pagoda.engine.entrypoints.errors import APIError, bad_request, engine_died
+from pagoda.engine.frontend.async_llm import EngineDeadError
 
 T = TypeVar("T")
 

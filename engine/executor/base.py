@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pagoda.engine.config import EngineConfig
-from pagoda.engine.core.messages import SchedulerOutput
+from pagoda.engine.messages import SchedulerOutput
 from pagoda.engine.runner import kv_cache
 from pagoda.engine.runner.pending_output import PendingOutput
 

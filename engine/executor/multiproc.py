@@ -22,7 +22,6 @@ from typing import Any
 import torch
 
 from pagoda.engine.config import EngineConfig
-from pagoda.engine.core.messages import SchedulerOutput
 from pagoda.engine.distributed import process_group
 from pagoda.engine.executor.base import Executor, FailureListener, WorkerFailedError
 from pagoda.engine.executor.watchdog import (
@@ -33,6 +32,7 @@ from pagoda.engine.executor.watchdog import (
     kill_workers,
 )
 from pagoda.engine.executor.worker import CALL, OK, SHUTDOWN, STEP, WorkerStep, run_worker
+from pagoda.engine.messages import SchedulerOutput
 from pagoda.engine.runner.pending_output import PendingOutput
 
 logger = logging.getLogger(__name__)

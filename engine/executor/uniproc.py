@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from pagoda.engine.config import EngineConfig
-from pagoda.engine.core.messages import SchedulerOutput
 from pagoda.engine.executor.base import Executor
+from pagoda.engine.messages import SchedulerOutput
 from pagoda.engine.runner.pending_output import PendingOutput
 
 

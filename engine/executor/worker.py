@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from pagoda.engine.config import EngineConfig
-from pagoda.engine.core.messages import SchedulerOutput
+from pagoda.engine.messages import SchedulerOutput
 from pagoda.engine.process_lifetime import exit_with_parent
 
 logger = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from pagoda.engine.layers.attention_metadata import AttentionMetadata
+from pagoda.engine.kernels.attention_metadata import AttentionMetadata
 
 
 def store_kv(

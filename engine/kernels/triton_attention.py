@@ -13,8 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
+from pagoda.engine.kernels.attention_metadata import AttentionMetadata
 from pagoda.engine.kernels.triton_decode import dot_in_fp16
-from pagoda.engine.layers.attention_metadata import AttentionMetadata
 
 LOG2E = 1.4426950408889634
 

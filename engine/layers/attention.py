@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from pagoda.engine.kernels import reference
-from pagoda.engine.layers.attention_metadata import AttentionMetadata
+from pagoda.engine.kernels.attention_metadata import AttentionMetadata
 
 BACKENDS = ("torch", "triton")
 

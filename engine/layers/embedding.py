@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pagoda.engine.distributed.parallel import SINGLE, TensorParallel, padded_vocab_size
-from pagoda.engine.loader.sources import TensorSource, copy_part
+from pagoda.engine.layers.weight_source import TensorSource, copy_part
 
 
 class VocabParallelEmbedding(nn.Module):

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pagoda.engine.distributed.parallel import SINGLE, Partition, TensorParallel
-from pagoda.engine.loader.sources import TensorSource, copy_part
+from pagoda.engine.layers.weight_source import TensorSource, copy_part
 
 
 def _parameter(*shape: int) -> nn.Parameter:

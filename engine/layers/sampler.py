@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pagoda.engine.core.messages import Logprobs
+from pagoda.engine.messages import Logprobs
 
 
 @dataclass

@@ -15,8 +15,8 @@ from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from pagoda.engine.layers.linear import MergedLinear
-from pagoda.engine.loader.hf_config import read_json
-from pagoda.engine.loader.sources import TensorSource, copy_part
+from pagoda.engine.layers.weight_source import TensorSource, copy_part
+from pagoda.engine.model_config import read_json
 
 logger = logging.getLogger(__name__)
 

@@ -15,13 +15,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from pagoda.engine.distributed.parallel import SINGLE, TensorParallel, num_kv_heads_per_rank
+from pagoda.engine.kernels.attention_metadata import AttentionMetadata
 from pagoda.engine.layers.attention import Attention
-from pagoda.engine.layers.attention_metadata import AttentionMetadata
 from pagoda.engine.layers.embedding import VocabParallelEmbedding
 from pagoda.engine.layers.linear import MergedLinear, RowParallelLinear
 from pagoda.engine.layers.norm import RMSNorm
 from pagoda.engine.layers.rotary import RotaryEmbedding
-from pagoda.engine.loader.hf_config import ModelConfig
+from pagoda.engine.model_config import ModelConfig
 
 
 class LlamaAttention(nn.Module):

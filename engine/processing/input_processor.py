@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 
 from pagoda.engine.config import EngineConfig
-from pagoda.engine.core.messages import EngineCoreRequest
+from pagoda.engine.messages import EngineCoreRequest
 from pagoda.engine.sampling_params import SamplingParams
 
 Prompt = str | list[int] | dict

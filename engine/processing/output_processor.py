@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from pagoda.engine.core.messages import EngineCoreOutput, Logprobs
+from pagoda.engine.messages import EngineCoreOutput, Logprobs
 from pagoda.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from pagoda.engine.processing.detokenizer import IncrementalDetokenizer, find_stop_string
 from pagoda.engine.processing.input_processor import PreparedRequest, ProcessedPrompt

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from pagoda.engine.core.messages import SchedulerStats
+from pagoda.engine.messages import SchedulerStats
 
 
 @dataclass

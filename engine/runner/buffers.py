@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from pagoda.engine.layers.attention_metadata import AttentionMetadata
+from pagoda.engine.kernels.attention_metadata import AttentionMetadata
 from pagoda.engine.runner.input_batch import HostBatch
 
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from pagoda.engine.core.messages import SchedulerOutput
 from pagoda.engine.layers.sampler import Penalties, SamplingBatch, host_to_device, to_device
+from pagoda.engine.messages import SchedulerOutput
 from pagoda.engine.sampling_params import SamplingParams
 
 

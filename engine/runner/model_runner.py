@@ -24,12 +24,12 @@ from pathlib import Path
 import torch
 
 from pagoda.engine.config import EngineConfig
-from pagoda.engine.core.messages import NewRequestData, SchedulerOutput
 from pagoda.engine.distributed.parallel import SINGLE, TensorParallel, num_kv_heads_per_rank
 from pagoda.engine.layers.attention import Attention, make_backend
 from pagoda.engine.layers.sampler import Sampler
-from pagoda.engine.loader.sources import TensorSource
+from pagoda.engine.layers.weight_source import TensorSource
 from pagoda.engine.loader.weights import checkpoint_files, iterate_tensors, load_named_tensors
+from pagoda.engine.messages import NewRequestData, SchedulerOutput
 from pagoda.engine.models.registry import model_class
 from pagoda.engine.runner import kv_cache
 from pagoda.engine.runner.buffers import InputBuffers, ModelInputs, PaddedShape

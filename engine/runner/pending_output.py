@@ -8,8 +8,8 @@ step takes this step's tokens from `token_ids` on the device.
 
 from __future__ import annotations
 
-from pagoda.engine.core.messages import ModelRunnerOutput
 from pagoda.engine.layers.sampler import SampledOnHost, SamplerOutput
+from pagoda.engine.messages import ModelRunnerOutput
 from pagoda.engine.runner.input_batch import RequestState
 
 

@@ -9,7 +9,7 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from pagoda.engine import LLM, SamplingParams
-from pagoda.engine.loader.hf_config import load_model_config
+from pagoda.engine.model_config import load_model_config
 
 
 @pytest.fixture(scope="module")

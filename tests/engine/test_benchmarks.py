@@ -72,7 +72,7 @@ def test_weights_handed_over_from_transformers_give_the_same_tokens(llama_dir, l
 
 def _completion(tokens, steps):
     """A CompletionOutput whose step i had logprob `steps[i][0]` and top list steps[i][1]."""
-    from pagoda.engine.core.messages import Logprobs
+    from pagoda.engine.messages import Logprobs
     from pagoda.engine.outputs import CompletionOutput
 
     logprobs = [Logprobs(t, lp, 1, top) for t, (lp, top) in zip(tokens, steps, strict=True)]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
-from pagoda.engine.request import Request
+from pagoda.engine.core.request import Request
 from pagoda.engine.sampling_params import SamplingParams
 
 BLOCK = 4

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
-from pagoda.engine.core.messages import ModelRunnerOutput, SchedulerOutput
+from pagoda.engine.core.request import Request, RequestStatus
 from pagoda.engine.core.scheduler import Scheduler, SchedulerConfig
-from pagoda.engine.request import Request, RequestStatus
+from pagoda.engine.messages import ModelRunnerOutput, SchedulerOutput
 from pagoda.engine.sampling_params import SamplingParams
 
 VOCAB = 1000

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pagoda.engine.core.messages import SchedulerStats
 from pagoda.engine.entrypoints.metrics import PrometheusStatLogger, token_buckets
+from pagoda.engine.messages import SchedulerStats
 from pagoda.engine.processing.stats import FinishedRequestStats, IterationStats
 
 DESIGN_NAMES = {

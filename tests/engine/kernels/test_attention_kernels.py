@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from pagoda.engine.kernels import reference
-from pagoda.engine.layers.attention_metadata import AttentionMetadata
+from pagoda.engine.kernels.attention_metadata import AttentionMetadata
 
 ON_GPU = torch.cuda.is_available()
 

@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 
 from pagoda.engine import LLM, SamplingParams
 from pagoda.engine.layers.rotary import rope_inv_freq
-from pagoda.engine.loader.hf_config import load_model_config
+from pagoda.engine.model_config import load_model_config
 
 GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
 

@@ -80,6 +80,8 @@ def _read_optional(path: Path) -> dict[str, Any]:
 
 
 def _parse(raw: dict, generation: dict, path: Path) -> ModelConfig:
+    # layering: the registry is a table of names (model classes load lazily); config.json's
+    # `architectures` is checked against it
     from pagoda.engine.models.registry import resolve_architecture
 
     field = _FieldReader(raw, path)

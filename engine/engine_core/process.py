@@ -17,9 +17,9 @@ import signal
 import zmq
 
 from pagoda.engine.config import EngineConfig
-from pagoda.engine.core import serial
-from pagoda.engine.core.core_loop import CoreMessage, EngineCoreLoop
-from pagoda.engine.core.messages import EngineCoreOutputs
+from pagoda.engine.engine_core import serial
+from pagoda.engine.engine_core.loop import CoreMessage, EngineCoreLoop
+from pagoda.engine.messages import EngineCoreOutputs
 from pagoda.engine.process_lifetime import exit_with_parent
 
 logger = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ def run_core_process(
 
 
 def _serve(config: EngineConfig, transport: ZmqTransport) -> None:
-    from pagoda.engine.core.engine_core import EngineCore
+    from pagoda.engine.engine_core.core import EngineCore
 
     try:
         core = EngineCore(config)

@@ -14,14 +14,11 @@ import threading
 from typing import Protocol
 
 from pagoda.engine.config import EngineConfig
-from pagoda.engine.core.core_loop import ABORT, ADD, SHUTDOWN, EngineCoreLoop, QueueTransport
-from pagoda.engine.core.messages import EngineCoreOutputs, EngineCoreRequest
+from pagoda.engine.engine_core.errors import EngineDeadError
+from pagoda.engine.engine_core.loop import ABORT, ADD, SHUTDOWN, EngineCoreLoop, QueueTransport
+from pagoda.engine.messages import EngineCoreOutputs, EngineCoreRequest
 
 logger = logging.getLogger(__name__)
-
-
-class EngineDeadError(RuntimeError):
-    """The engine loop crashed; no request can be served until the process restarts."""
 
 
 class EngineCoreClient(Protocol):
@@ -40,7 +37,7 @@ class EngineCoreClient(Protocol):
 
 def make_core_client(config: EngineConfig, multiprocess: bool) -> EngineCoreClient:
     if multiprocess:
-        from pagoda.engine.core.mp_client import MPCoreClient  # needs pyzmq and msgspec
+        from pagoda.engine.engine_core.mp_client import MPCoreClient  # needs pyzmq and msgspec
 
         return MPCoreClient(config)
     return InprocCoreClient(config)
@@ -50,7 +47,7 @@ class InprocCoreClient:
     """The core steps in a daemon thread; queues carry messages both ways."""
 
     def __init__(self, config: EngineConfig) -> None:
-        from pagoda.engine.core.engine_core import EngineCore
+        from pagoda.engine.engine_core.core import EngineCore
 
         self.core = EngineCore(config)
         self.kv_capacity_tokens = self.core.kv_capacity_tokens

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING
 
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
-from pagoda.engine.core.messages import (
+from pagoda.engine.core.request import Request
+from pagoda.engine.core.scheduler import Scheduler, SchedulerConfig
+from pagoda.engine.messages import (
     EngineCoreOutput,
     EngineCoreRequest,
     SchedulerOutput,
     SchedulerStats,
 )
-from pagoda.engine.core.scheduler import Scheduler
-from pagoda.engine.request import Request
 
 if TYPE_CHECKING:
     from pagoda.engine.runner.pending_output import PendingOutput
@@ -51,7 +51,7 @@ class EngineCore:
             enable_prefix_caching=config.enable_prefix_caching,
             hash_seed=config.prefix_cache_hash_seed,
         )
-        self.scheduler = Scheduler(config.scheduler_config(), self.kv_cache)
+        self.scheduler = Scheduler(scheduler_config(config), self.kv_cache)
         self.async_scheduling = config.async_scheduling
         self._in_flight: tuple[SchedulerOutput, PendingOutput] | None = None
 
@@ -94,3 +94,12 @@ class EngineCore:
     def shutdown(self) -> None:
         """Stop the tensor-parallel workers, if any (idempotent)."""
         self.executor.shutdown()
+
+
+def scheduler_config(config: EngineConfig) -> SchedulerConfig:
+    return SchedulerConfig(
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        enable_chunked_prefill=config.enable_chunked_prefill,
+        policy=config.scheduling_policy,
+    )

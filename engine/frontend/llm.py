@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Sequence
 
 from pagoda.engine.config import EngineConfig
-from pagoda.engine.llm_engine import LLMEngine
+from pagoda.engine.frontend.llm_engine import LLMEngine
 from pagoda.engine.outputs import RequestOutput
 from pagoda.engine.processing.tokenizer import apply_chat_template
 from pagoda.engine.sampling_params import SamplingParams

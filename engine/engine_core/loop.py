@@ -12,8 +12,8 @@ import logging
 import queue
 from typing import Any, Protocol
 
-from pagoda.engine.core.engine_core import EngineCore
-from pagoda.engine.core.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest
+from pagoda.engine.engine_core.core import EngineCore
+from pagoda.engine.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import msgspec
 
-from pagoda.engine.core.core_loop import ABORT, ADD, SHUTDOWN, CoreMessage
-from pagoda.engine.core.messages import EngineCoreOutputs, EngineCoreRequest
+from pagoda.engine.engine_core.loop import ABORT, ADD, SHUTDOWN, CoreMessage
+from pagoda.engine.messages import EngineCoreOutputs, EngineCoreRequest
 
 # Core → frontend kinds.
 READY = b"ready"  # payload: kv capacity in tokens

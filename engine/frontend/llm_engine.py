@@ -8,7 +8,7 @@ side-effect free; everything else belongs to the thread that calls `step()`.
 from __future__ import annotations
 
 from pagoda.engine.config import EngineConfig
-from pagoda.engine.core.engine_core import EngineCore
+from pagoda.engine.engine_core.core import EngineCore
 from pagoda.engine.outputs import RequestOutput
 from pagoda.engine.processing.input_processor import InputProcessor, PreparedRequest, Prompt
 from pagoda.engine.processing.output_processor import OutputProcessor

@@ -6,7 +6,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 
-from pagoda.engine.core.messages import EngineCoreRequest
+from pagoda.engine.messages import EngineCoreRequest
 from pagoda.engine.sampling_params import SamplingParams
 
 

@@ -17,8 +17,9 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
 
 from pagoda.engine.config import EngineConfig
-from pagoda.engine.core.core_client import EngineCoreClient, EngineDeadError, make_core_client
-from pagoda.engine.core.messages import EngineCoreOutputs, SchedulerStats
+from pagoda.engine.engine_core.client import EngineCoreClient, make_core_client
+from pagoda.engine.engine_core.errors import EngineDeadError
+from pagoda.engine.messages import EngineCoreOutputs, SchedulerStats
 from pagoda.engine.outputs import RequestOutput
 from pagoda.engine.processing.input_processor import InputProcessor, PreparedRequest, Prompt
 from pagoda.engine.processing.output_processor import OutputProcessor

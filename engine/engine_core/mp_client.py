@@ -21,11 +21,11 @@ from pathlib import Path
 import zmq
 
 from pagoda.engine.config import EngineConfig
-from pagoda.engine.core import serial
-from pagoda.engine.core.core_client import EngineDeadError
-from pagoda.engine.core.core_loop import ABORT, ADD, SHUTDOWN
-from pagoda.engine.core.core_process import run_core_process
-from pagoda.engine.core.messages import EngineCoreOutputs, EngineCoreRequest
+from pagoda.engine.engine_core import serial
+from pagoda.engine.engine_core.errors import EngineDeadError
+from pagoda.engine.engine_core.loop import ABORT, ADD, SHUTDOWN
+from pagoda.engine.engine_core.process import run_core_process
+from pagoda.engine.messages import EngineCoreOutputs, EngineCoreRequest
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,114 @@
+"""The command-line flags every command that starts an engine shares (names as in
+`vllm serve`), and their translation into `EngineConfig` keyword arguments.
+
+`pagoda generate` and `pagoda serve` take all of them; `pagoda bench` takes the step flags
+(it sizes its own engine for each workload).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    """Model placement, context and batch limits, the KV cache and the scheduler."""
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        help="weights and activations: auto (the checkpoint's), float32, float16 or bfloat16",
+    )
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
+    parser.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="prompt + output tokens a request may reach (default: the model's limit)",
+    )
+    parser.add_argument(
+        "--max-num-seqs", type=int, default=256, help="sequences in one batch (default 256)"
+    )
+    parser.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        help="tokens one step computes (default 8192 on GPU, 2048 on CPU)",
+    )
+    parser.add_argument(
+        "--block-size", type=int, default=16, help="tokens per KV-cache block (default 16)"
+    )
+    parser.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="reuse the KV blocks of prompt prefixes seen before (default on)",
+    )
+    parser.add_argument(
+        "--enable-chunked-prefill",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="split long prompts over steps, beside running decodes (default on)",
+    )
+    parser.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.9,
+        help="share of GPU memory for weights, activations and the KV cache (default 0.9)",
+    )
+    parser.add_argument(
+        "--kv-cache-memory-bytes",
+        type=int,
+        default=None,
+        help="KV-cache size on CPU (default 1 GiB)",
+    )
+    parser.add_argument(
+        "--scheduling-policy",
+        default="fcfs",
+        choices=["fcfs", "priority"],
+        help="fcfs: arrival order; priority: lowest `priority` first, then arrival",
+    )
+    parser.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=1,
+        help="GPUs (one process each) the model is split over (default 1)",
+    )
+    add_step_flags(parser)
+
+
+def add_step_flags(parser: argparse.ArgumentParser) -> None:
+    """How the engine runs its steps on a GPU and stores K/V (also `pagoda bench`'s)."""
+    parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    parser.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        choices=["auto", "fp8", "fp8_e4m3"],
+        help="auto: the model's dtype; fp8: float8 e4m3, twice the tokens in the same memory",
+    )
+    parser.add_argument(
+        "--async-scheduling",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="launch each step before reading the last one's tokens "
+        "(default: on with tensor parallel size 1)",
+    )
+
+
+def engine_kwargs(args: argparse.Namespace) -> dict:
+    """`EngineConfig` keyword arguments from flags that `add_engine_flags` defined."""
+    return {
+        "dtype": args.dtype,
+        "device": args.device,
+        "max_model_len": args.max_model_len,
+        "max_num_seqs": args.max_num_seqs,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "block_size": args.block_size,
+        "enable_prefix_caching": args.enable_prefix_caching,
+        "enable_chunked_prefill": args.enable_chunked_prefill,
+        "gpu_memory_utilization": args.gpu_memory_utilization,
+        "kv_cache_memory_bytes": args.kv_cache_memory_bytes,
+        "scheduling_policy": args.scheduling_policy,
+        "tensor_parallel_size": args.tensor_parallel_size,
+        "enforce_eager": args.enforce_eager,
+        "async_scheduling": args.async_scheduling,
+        "kv_cache_dtype": args.kv_cache_dtype,
+    }
