@@ -34,6 +34,7 @@ test: setup k8s-tools
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python -m pagoda.engine.tools.layering
 
 format: setup
 	$(BIN)/ruff check --fix .

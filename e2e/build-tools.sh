@@ -22,6 +22,12 @@ source "$versions"
 cache="${PAGODA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pagoda}"
 key="$(cat "$versions" "$0" | sha256sum | cut -c1-12)"
 dest="$cache/k8s-tools/$key"
+# `build-tools.sh --print-key` prints <key> and stops: e2e/tools.py computes the same key
+# to find the binaries, and a test compares the two.
+if [[ "${1:-}" == "--print-key" ]]; then
+    echo "$key"
+    exit 0
+fi
 if [[ -f "$dest/.complete" ]]; then
     echo "k8s tools are cached in $dest/bin"
     exit 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -72,3 +73,24 @@ def test_version_and_help():
     assert pagoda("--version").stdout.startswith("pagoda ")
     help_text = pagoda("--help").stdout
     assert "make-tiny-model" in help_text and "generate" in help_text
+
+
+def _options(parser: argparse.ArgumentParser, path: str):
+    """(command path, flag) for every argument of every subcommand, recursively."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _options(sub, f"{path} {name}")
+        elif not isinstance(action, argparse._HelpAction | argparse._VersionAction):
+            yield path, action
+
+
+def test_every_flag_of_every_command_has_a_help_line():
+    from pagoda.cli import build_parser
+
+    missing = [
+        f"{path} {'/'.join(action.option_strings) or action.dest}"
+        for path, action in _options(build_parser(), "pagoda")
+        if not (action.help or "").strip()
+    ]
+    assert missing == []

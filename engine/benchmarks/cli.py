@@ -31,9 +31,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     throughput = workloads.add_parser("throughput", help="many requests at once")
     _common(throughput)
-    throughput.add_argument("--num-prompts", type=int, default=1000)
-    throughput.add_argument("--input-len", type=int, default=1024)
-    throughput.add_argument("--output-len", type=int, default=1024)
+    throughput.add_argument(
+        "--num-prompts", type=int, default=1000, help="requests, all submitted at once"
+    )
+    throughput.add_argument("--input-len", type=int, default=1024, help="prompt tokens each")
+    throughput.add_argument(
+        "--output-len", type=int, default=1024, help="tokens generated each (EOS ignored)"
+    )
     throughput.add_argument(
         "--hf-num-prompts",
         type=int,
@@ -44,26 +48,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     latency = workloads.add_parser("latency", help="batch-1 decode and time to first token")
     _common(latency)
-    latency.add_argument("--input-len", type=int, default=128)
-    latency.add_argument("--output-len", type=int, default=256)
-    latency.add_argument("--ttft-input-len", type=int, default=1024)
-    latency.add_argument("--iters", type=int, default=3)
+    latency.add_argument("--input-len", type=int, default=128, help="prompt tokens")
+    latency.add_argument(
+        "--output-len", type=int, default=256, help="tokens decoded at batch 1 (EOS ignored)"
+    )
+    latency.add_argument(
+        "--ttft-input-len", type=int, default=1024, help="prompt tokens of the long-TTFT case"
+    )
+    latency.add_argument("--iters", type=int, default=3, help="runs of each; medians reported")
     latency.set_defaults(handler=_latency)
 
     prefix = workloads.add_parser("prefix-reuse", help="TTFT with a shared 2,000-token prompt")
     _common(prefix)
-    prefix.add_argument("--num-prompts", type=int, default=200)
-    prefix.add_argument("--prefix-len", type=int, default=2000)
-    prefix.add_argument("--suffix-len", type=int, default=16)
+    prefix.add_argument("--num-prompts", type=int, default=200, help="requests per mode")
+    prefix.add_argument(
+        "--prefix-len", type=int, default=2000, help="tokens of the shared system prompt"
+    )
+    prefix.add_argument(
+        "--suffix-len", type=int, default=16, help="tokens of each request's own ending"
+    )
     prefix.set_defaults(handler=_prefix_reuse, backend="pagoda")
 
     parity = workloads.add_parser(
         "tp-parity", help="greedy tokens at --tensor-parallel-size N against one GPU"
     )
     _common(parity)
-    parity.add_argument("--num-prompts", type=int, default=32)
-    parity.add_argument("--input-len", type=int, default=128)
-    parity.add_argument("--output-len", type=int, default=64)
+    parity.add_argument("--num-prompts", type=int, default=32, help="prompts compared")
+    parity.add_argument("--input-len", type=int, default=128, help="prompt tokens each")
+    parity.add_argument("--output-len", type=int, default=64, help="greedy tokens each")
     parity.add_argument(
         "--tolerance",
         type=float,
@@ -82,16 +94,22 @@ def _register_serve(workloads: argparse._SubParsersAction) -> None:
     )
     serve.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8000")
     serve.add_argument("--model", default=None, help="default: the server's first model")
-    serve.add_argument("--endpoint", default="/v1/completions")
-    serve.add_argument("--api-key", default=None)
-    serve.add_argument("--num-prompts", type=int, default=100)
+    serve.add_argument(
+        "--endpoint", default="/v1/completions", help="the path requests go to (completions)"
+    )
+    serve.add_argument(
+        "--api-key", default=None, help="sent as `Authorization: Bearer KEY` (default none)"
+    )
+    serve.add_argument("--num-prompts", type=int, default=100, help="requests to send")
     serve.add_argument(
         "--request-rate",
         type=float,
         default=float("inf"),
         help="requests per second, Poisson arrivals (default inf: all at once)",
     )
-    serve.add_argument("--max-concurrency", type=int, default=None)
+    serve.add_argument(
+        "--max-concurrency", type=int, default=None, help="requests in flight at most (no cap)"
+    )
     serve.add_argument("--random-input-len", type=int, default=128, help="prompt words")
     serve.add_argument("--random-output-len", type=int, default=128, help="max_tokens")
     serve.add_argument(
@@ -103,7 +121,7 @@ def _register_serve(workloads: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--ignore-eos", action="store_true", help="send ignore_eos (vLLM's extra) for exact lengths"
     )
-    serve.add_argument("--seed", type=int, default=0)
+    serve.add_argument("--seed", type=int, default=0, help="seed of the random prompts")
     serve.add_argument("--result-file", default=None, help="write the report as JSON here")
     serve.set_defaults(handler=_serve)
 
@@ -120,11 +138,24 @@ def _common(parser: argparse.ArgumentParser) -> None:
         default="pagoda,hf",
         help="comma-separated: pagoda, hf (default both, same weights)",
     )
-    parser.add_argument("--shape", default="llama-3.1-8b")
-    parser.add_argument("--max-num-seqs", type=int, default=256)
-    parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    parser.add_argument("--max-model-len", type=int, default=4096)
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument(
+        "--shape", default="llama-3.1-8b", help="the model's shape (random bf16 weights)"
+    )
+    parser.add_argument(
+        "--max-num-seqs", type=int, default=256, help="the engine's batch limit (default 256)"
+    )
+    parser.add_argument(
+        "--max-num-batched-tokens", type=int, default=8192, help="the engine's step budget"
+    )
+    parser.add_argument(
+        "--max-model-len", type=int, default=4096, help="the engine's context limit"
+    )
+    parser.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.9,
+        help="the engine's share of GPU memory",
+    )
     parser.add_argument(
         "--tensor-parallel-size",
         type=int,
@@ -133,7 +164,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "every rank through a safetensors file",
     )
     add_step_flags(parser)
-    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("bench/results"),
+        help="folder of the result file (default bench/results)",
+    )
 
 
 class _Run:

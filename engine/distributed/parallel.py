@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from pagoda.engine.config import EngineConfig
+
 
 @dataclass(frozen=True)
 class Partition:
@@ -72,3 +74,16 @@ def num_kv_heads_per_rank(num_kv_heads: int, tp_size: int) -> int:
 def padded_vocab_size(vocab_size: int, tp_size: int) -> int:
     """The vocabulary rounded up so every rank holds the same number of rows."""
     return -(-vocab_size // tp_size) * tp_size
+
+
+def rank_device(config: EngineConfig, rank: int) -> torch.device:
+    """Rank r of a tensor-parallel engine on CUDA uses GPU r; on CPU all share the host.
+
+    Always an indexed CUDA device: `torch.cuda.set_device` refuses a bare "cuda", and an
+    engine of one rank on "cuda:1" keeps the GPU it was given."""
+    device = torch.device(config.device)
+    if device.type != "cuda":
+        return device
+    if config.tensor_parallel_size > 1 or device.index is None:
+        return torch.device("cuda", rank)
+    return device

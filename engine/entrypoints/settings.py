@@ -37,9 +37,11 @@ class ServerSettings:
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", metavar="MODEL_DIR")
+    parser.add_argument("model", metavar="MODEL_DIR", help="a Hugging Face checkpoint folder")
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0: any free port"
+    )
     parser.add_argument(
         "--served-model-name",
         nargs="+",
@@ -57,10 +59,20 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_lora_arguments(group) -> None:
-    group.add_argument("--enable-lora", action="store_true")
-    group.add_argument("--max-loras", type=int, default=1)
-    group.add_argument("--max-lora-rank", type=int, default=16)
-    group.add_argument("--lora-modules", nargs="+", default=[], metavar="NAME=PATH")
+    group.add_argument("--enable-lora", action="store_true", help="serve LoRA adapters")
+    group.add_argument(
+        "--max-loras", type=int, default=1, help="adapters one batch may hold (default 1)"
+    )
+    group.add_argument(
+        "--max-lora-rank", type=int, default=16, help="the largest adapter rank (default 16)"
+    )
+    group.add_argument(
+        "--lora-modules",
+        nargs="+",
+        default=[],
+        metavar="NAME=PATH",
+        help="adapters to load at start, each NAME=PATH",
+    )
 
 
 def _add_server_arguments(group) -> None:
@@ -101,7 +113,12 @@ def _add_server_arguments(group) -> None:
         default=True,
         help="run the engine core in its own process (off: a thread of the API process)",
     )
-    group.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True)
+    group.add_argument(
+        "--access-log",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="one log line per request (default on)",
+    )
 
 
 def check_lora_arguments(args: argparse.Namespace) -> None:

@@ -71,7 +71,8 @@ class MultiprocExecutor(Executor):
             raise
 
     def _start(self, config: EngineConfig) -> None:
-        from pagoda.engine.runner.model_runner import ModelRunner, rank_device
+        from pagoda.engine.distributed.parallel import rank_device
+        from pagoda.engine.runner.model_runner import ModelRunner
 
         try:  # every worker alive before anyone joins the group
             self._replies(_STARTUP_TIMEOUT_S)

@@ -90,8 +90,9 @@ class Worker:
         store_port: int,
         conn: multiprocessing.connection.Connection,
     ) -> None:
+        from pagoda.engine.distributed.parallel import rank_device
         from pagoda.engine.distributed.process_group import connect_store, create_group
-        from pagoda.engine.runner.model_runner import ModelRunner, rank_device
+        from pagoda.engine.runner.model_runner import ModelRunner
 
         self.conn = conn
         device = rank_device(config, rank)

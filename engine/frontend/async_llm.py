@@ -19,12 +19,11 @@ from collections.abc import AsyncIterator, Sequence
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.engine_core.client import EngineCoreClient, make_core_client
 from pagoda.engine.engine_core.errors import EngineDeadError
+from pagoda.engine.frontend.base import Frontend
 from pagoda.engine.messages import EngineCoreOutputs, SchedulerStats
 from pagoda.engine.outputs import RequestOutput
-from pagoda.engine.processing.input_processor import InputProcessor, PreparedRequest, Prompt
-from pagoda.engine.processing.output_processor import OutputProcessor
+from pagoda.engine.processing.input_processor import PreparedRequest, Prompt
 from pagoda.engine.processing.stats import IterationStats, StatLogger
-from pagoda.engine.processing.tokenizer import load_tokenizer
 from pagoda.engine.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -34,15 +33,10 @@ __all__ = ["AsyncLLM", "EngineDeadError"]
 _POLL_S = 0.2  # how often the output thread looks up from the core to check for shutdown
 
 
-class AsyncLLM:
+class AsyncLLM(Frontend):
     def __init__(self, config: EngineConfig, multiprocess: bool = False) -> None:
-        self.config = config if config.model_config is not None else config.resolve()
-        self.tokenizer = load_tokenizer(self.config.tokenizer)
-        self.core_client: EngineCoreClient = make_core_client(self.config, multiprocess)
-        self.input_processor = InputProcessor(
-            self.config, self.tokenizer, self.core_client.kv_capacity_tokens
-        )
-        self.output_processor = OutputProcessor(self.tokenizer, log_stats=True)
+        self._multiprocess = multiprocess
+        super().__init__(config, log_stats=True)
         self.stat_loggers: list[StatLogger] = []
         # request id -> (the event loop its caller awaits on, its queue of outputs)
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
@@ -56,6 +50,10 @@ class AsyncLLM:
             target=self._run_output_loop, name="pagoda-outputs", daemon=True
         )
         self._output_thread.start()
+
+    def _start_core(self, config: EngineConfig) -> EngineCoreClient:
+        self.core_client: EngineCoreClient = make_core_client(config, self._multiprocess)
+        return self.core_client
 
     @classmethod
     def from_model(cls, model: str, multiprocess: bool = False, **engine_args) -> AsyncLLM:
@@ -72,19 +70,6 @@ class AsyncLLM:
     def stats(self) -> SchedulerStats:
         """Scheduler gauges as of the core's last step (safe to read from any thread)."""
         return self._stats
-
-    def prepare(
-        self,
-        prompt: Prompt,
-        sampling_params: SamplingParams | None,
-        request_id: str,
-        priority: int = 0,
-        cache_salt: str | None = None,
-    ) -> PreparedRequest:
-        """Tokenize and check a request without queueing it; ValueError says what is wrong."""
-        return self.input_processor.prepare(
-            request_id, prompt, sampling_params, priority, cache_salt
-        )
 
     async def generate(
         self,

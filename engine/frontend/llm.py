@@ -51,7 +51,7 @@ class LLM:
         params = _per_prompt(sampling_params, len(prompts), "sampling_params")
         priorities = _per_prompt(priority, len(prompts), "priority", default=0)
         prepared = [
-            self.engine.prepare(str(next(self._ids)), prompt, _final_only(p), priority=prio)
+            self.engine.prepare(prompt, _final_only(p), str(next(self._ids)), priority=prio)
             for prompt, p, prio in zip(prompts, params, priorities, strict=True)
         ]
         for request in prepared:

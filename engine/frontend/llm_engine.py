@@ -9,33 +9,15 @@ from __future__ import annotations
 
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.engine_core.core import EngineCore
+from pagoda.engine.frontend.base import Frontend
 from pagoda.engine.outputs import RequestOutput
-from pagoda.engine.processing.input_processor import InputProcessor, PreparedRequest, Prompt
-from pagoda.engine.processing.output_processor import OutputProcessor
-from pagoda.engine.processing.tokenizer import load_tokenizer
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.processing.input_processor import PreparedRequest, Prompt
 
 
-class LLMEngine:
-    def __init__(self, config: EngineConfig, tokenizer=None) -> None:
-        self.config = config if config.model_config is not None else config.resolve()
-        self.tokenizer = tokenizer or load_tokenizer(self.config.tokenizer)
-        self.core = EngineCore(self.config)
-        self.input_processor = InputProcessor(
-            self.config, self.tokenizer, self.core.kv_capacity_tokens
-        )
-        self.output_processor = OutputProcessor(self.tokenizer)
-
-    def prepare(
-        self,
-        request_id: str,
-        prompt: Prompt,
-        params: SamplingParams | None = None,
-        priority: int = 0,
-        cache_salt: str | None = None,
-    ) -> PreparedRequest:
-        """Tokenize and check a request; raises ValueError without touching any state."""
-        return self.input_processor.prepare(request_id, prompt, params, priority, cache_salt)
+class LLMEngine(Frontend):
+    def _start_core(self, config: EngineConfig) -> EngineCore:
+        self.core = EngineCore(config)
+        return self.core
 
     def submit(self, prepared: PreparedRequest) -> None:
         self.output_processor.add_prepared(prepared)
@@ -43,7 +25,7 @@ class LLMEngine:
             self.core.add_request(request)
 
     def add_request(self, request_id: str, prompt: Prompt, params=None, **kwargs) -> None:
-        self.submit(self.prepare(request_id, prompt, params, **kwargs))
+        self.submit(self.prepare(prompt, params, request_id, **kwargs))
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
         """Stop a request and free its blocks; returns its final output (None if unknown)."""

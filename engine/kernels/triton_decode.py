@@ -160,10 +160,13 @@ def _decode_merge_kernel(
     )
 
 
+MAX_SPLITS = 16  # split-K ranges per sequence; DecodeWorkspace is sized for this many
+
+
 def choose_num_splits(num_seqs: int, num_kv_heads: int, num_sms: int = 132) -> int:
-    """Enough programs to fill the GPU about twice, at most 16 splits."""
+    """Enough programs to fill the GPU about twice, at most MAX_SPLITS."""
     programs = num_seqs * num_kv_heads
-    return max(1, min(16, triton.cdiv(2 * num_sms, programs)))
+    return max(1, min(MAX_SPLITS, triton.cdiv(2 * num_sms, programs)))
 
 
 def dot_in_fp16(query: torch.Tensor, kv_cache: torch.Tensor) -> bool:

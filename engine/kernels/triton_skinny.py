@@ -4,7 +4,7 @@ At batch 1 a decode step is a chain of matrix-vector products, bound by reading 
 weights. On the H200 cuBLAS reaches 3.9-4.3 TB/s on the MLP's products but only
 2.7-3.4 TB/s on the attention's q/k/v and o projections of Llama-3.1-8B
 (bench/decode_profile.py, bench/skinny_sweep.py); this kernel, with the sweep's settings,
-reads q/k/v at 3.4, o at 3.0 and down at 4.0 TB/s (model_runner.SKINNY_SETTINGS). Each program
+reads q/k/v at 3.4, o at 3.0 and down at 4.0 TB/s (SETTINGS below). Each program
 streams a BLOCK_N-row slab of the weight through the K dimension, pipelined, and a
 16-row tensor-core product serves up to 16 input rows at once (padding rows are masked
 loads, free for a memory-bound kernel).
@@ -17,6 +17,16 @@ import triton
 import triton.language as tl
 
 MAX_ROWS = 16  # rows of x one launch serves (the tensor-core tile's height)
+
+# Where this product beats cuBLAS at 1 and 8 rows on the H200, with the fastest launch
+# setting measured there (bench/skinny_sweep.py, TB/s of weights read, cuBLAS -> Triton):
+# qkv 3.36 -> 3.43, o 2.69 -> 3.04, down 3.88 -> 4.01. gate/up stays on cuBLAS (4.27
+# against 4.20 at one row). The kernel plan (plan.py) hands these to the projections.
+SETTINGS = {
+    "qkv_proj": {"block_n": 64, "block_k": 256, "num_warps": 4, "num_stages": 4},
+    "o_proj": {"block_n": 32, "block_k": 512, "num_warps": 4, "num_stages": 4},
+    "down_proj": {"block_n": 32, "block_k": 512, "num_warps": 4, "num_stages": 4},
+}
 
 
 @triton.jit

@@ -1,7 +1,9 @@
-"""The attention layer: write this step's K/V into the paged cache, then attend over it.
+"""The attention layer: rotate q/k, write this step's K/V into the paged cache, then
+attend over it with the backend the kernel plan chose.
 
 Every layer writes all tokens' K/V before any token attends, so requests in one batch can
-share prefix blocks that are being filled in the same step.
+share prefix blocks that are being filled in the same step. On the GPU path one fused
+Triton kernel rotates q/k (after the q/k norms, for Qwen3) and writes K/V.
 """
 
 from __future__ import annotations
@@ -11,66 +13,9 @@ from torch import nn
 
 from pagoda.engine.kernels import reference
 from pagoda.engine.kernels.attention_metadata import AttentionMetadata
-
-BACKENDS = ("torch", "triton")
-
-
-class TorchBackend:
-    """The pure-torch reference: any device, the oracle in tests."""
-
-    def __call__(self, query, kv_cache, meta: AttentionMetadata, scale, sliding_window):
-        return reference.paged_attention(query, kv_cache, meta, scale, sliding_window)
-
-
-class TritonBackend:
-    """Split-K decode kernel for decode-only batches and the leading one-token rows of a
-    mixed batch, the ragged kernel for the rest."""
-
-    def __init__(self, workspace=None) -> None:
-        from pagoda.engine.kernels import triton_attention, triton_decode
-
-        self._ragged = triton_attention.paged_attention
-        self._decode = triton_decode.paged_decode_attention
-        self.workspace = workspace  # split-K scratch, fixed so CUDA graphs can reuse it
-
-    def __call__(self, query, kv_cache, meta: AttentionMetadata, scale, sliding_window):
-        if meta.decode_only:
-            return self._decode(
-                query,
-                kv_cache,
-                meta.block_tables,
-                meta.seq_lens,
-                scale,
-                sliding_window,
-                meta.num_splits,
-                self.workspace,
-            )
-        decodes = meta.num_leading_decodes
-        if not decodes:
-            return self._ragged(query, kv_cache, meta, scale, sliding_window)
-        # In the ragged kernel a one-token row would fill a whole query tile and read its
-        # K/V once per query head; the decode kernel reads it once per KV head.
-        out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
-        self._decode(
-            query[:decodes],
-            kv_cache,
-            meta.block_tables[:decodes],
-            meta.seq_lens[:decodes],
-            scale,
-            sliding_window,
-            workspace=self.workspace,
-            out=out[:decodes],
-        )
-        self._ragged(query, kv_cache, meta.rows_from(decodes), scale, sliding_window, out=out)
-        return out
-
-
-def make_backend(name: str, workspace=None):
-    if name == "torch":
-        return TorchBackend()
-    if name == "triton":
-        return TritonBackend(workspace)
-    raise ValueError(f"unknown attention backend {name!r}: use one of {', '.join(BACKENDS)}")
+from pagoda.engine.kernels.plan import KernelPlan
+from pagoda.engine.layers.norm import RMSNorm
+from pagoda.engine.layers.rotary import RotaryEmbedding
 
 
 class Attention(nn.Module):
@@ -79,26 +24,67 @@ class Attention(nn.Module):
         num_heads: int,
         num_kv_heads: int,
         head_dim: int,
+        rotary: RotaryEmbedding,
+        plan: KernelPlan,
         sliding_window: int | None = None,
     ) -> None:
         super().__init__()
-        self.num_heads = num_heads
+        self.num_heads = num_heads  # this rank's
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.scale = head_dim**-0.5
         self.sliding_window = sliding_window
+        self.rotary = rotary  # shared by every layer
+        self.backend = plan.backend
+        self.fused = plan.fused
         self.kv_cache: torch.Tensor | None = None  # bound by the model runner
-        self.backend = TorchBackend()
 
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata
+        self,
+        positions: torch.Tensor,
+        qkv: torch.Tensor,
+        meta: AttentionMetadata,
+        q_norm: RMSNorm | None = None,
+        k_norm: RMSNorm | None = None,
     ) -> torch.Tensor:
-        # q: [num_tokens, heads, dim]; k, v: [num_tokens, kv_heads, dim]
+        """qkv: [num_tokens, (heads + 2 kv_heads) * dim] → [num_tokens, heads * dim]."""
         if self.kv_cache is None:
             raise RuntimeError("the KV cache is not bound: call ModelRunner.init_kv_cache first")
-        reference.store_kv(k, v, self.kv_cache, meta.slot_mapping)
-        return self.attend(q, meta)
+        if self.fused:
+            q = self._rope_and_store(positions, qkv, meta, q_norm, k_norm)
+        else:
+            q = self._rope_then_store(positions, qkv, meta, q_norm, k_norm)
+        out = self.backend(q, self.kv_cache, meta, self.scale, self.sliding_window)
+        return out.reshape(qkv.shape[0], -1)
 
-    def attend(self, q: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        """Attention over the cache alone (K/V already written, e.g. by rope_and_store)."""
-        return self.backend(q, self.kv_cache, meta, self.scale, self.sliding_window)
+    def _rope_then_store(self, positions, qkv, meta, q_norm, k_norm) -> torch.Tensor:
+        num_tokens = qkv.shape[0]
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
+        q = q.view(num_tokens, self.num_heads, self.head_dim)
+        k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
+        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
+        if q_norm is not None:
+            q, k = q_norm(q), k_norm(k)
+        q, k = self.rotary(positions, q, k)
+        reference.store_kv(k, v, self.kv_cache, meta.slot_mapping)
+        return q
+
+    def _rope_and_store(self, positions, qkv, meta, q_norm, k_norm) -> torch.Tensor:
+        """GPU path: one kernel rotates q/k (norms first) and writes k/v into the cache."""
+        from pagoda.engine.kernels.triton_fused import rope_and_store
+
+        return rope_and_store(
+            qkv,
+            positions,
+            self.rotary.cos,
+            self.rotary.sin,
+            self.kv_cache,
+            meta.slot_mapping,
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_dim,
+            q_norm=None if q_norm is None else q_norm.weight,
+            k_norm=None if k_norm is None else k_norm.weight,
+            eps=q_norm.eps if q_norm is not None else 1e-6,
+        )

@@ -6,12 +6,14 @@ fewer KV heads than ranks, k and v are replicated while q is split). `RowParalle
 splits its input dimension and sums the partial products over the ranks. Each weight
 carries a `weight_loader` that reads only its rank's rows or columns.
 
-On the GPU path the runner gives `skinny` (a Triton launch setting) to the projections
-where cuBLAS reads the weights slowly at small batch (kernels/triton_skinny.py): inputs of
-up to 16 rows (decode at small batch) then go through the Triton kernel.
+On the GPU path the kernel plan gives `skinny` (a Triton launch setting) to the
+projections where cuBLAS reads the weights slowly at small batch (kernels/triton_skinny.py):
+inputs of up to 16 rows (decode at small batch) then go through the Triton kernel.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +25,9 @@ from pagoda.engine.layers.weight_source import TensorSource, copy_part
 
 def _parameter(*shape: int) -> nn.Parameter:
     return nn.Parameter(torch.empty(*shape), requires_grad=False)
+
+
+Skinny = Mapping[str, int] | None  # the few-rows product's launch setting, or cuBLAS only
 
 
 def _linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -37,16 +42,16 @@ def _linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> to
 class MergedLinear(nn.Module):
     """Projections of one input stacked along the output dimension, each split by rank."""
 
-    skinny: dict | None = None
-
     def __init__(
         self,
         in_features: int,
         output_sizes: list[int],
         bias: bool = False,
         partitions: list[Partition] | None = None,
+        skinny: Skinny = None,
     ) -> None:
         super().__init__()
+        self.skinny = skinny
         self.output_sizes = output_sizes  # whole, as in the checkpoint
         self.partitions = partitions or [Partition()] * len(output_sizes)
         self.local_sizes = [
@@ -79,13 +84,17 @@ class MergedLinear(nn.Module):
 class RowParallelLinear(nn.Module):
     """Each rank multiplies its slice of the input features; an all-reduce sums them."""
 
-    skinny: dict | None = None
-
     def __init__(
-        self, in_features: int, out_features: int, bias: bool = False, tp: TensorParallel = SINGLE
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = False,
+        tp: TensorParallel = SINGLE,
+        skinny: Skinny = None,
     ) -> None:
         super().__init__()
         self.tp = tp
+        self.skinny = skinny
         self.in_features = in_features  # whole, as in the checkpoint
         self.weight = _parameter(out_features, in_features // tp.size)
         self.weight.weight_loader = self._load_weight

@@ -7,18 +7,17 @@ from torch import nn
 
 
 class RMSNorm(nn.Module):
-    use_triton = False  # the GPU path turns on the fused kernel
-
-    def __init__(self, size: int, eps: float) -> None:
+    def __init__(self, size: int, eps: float, fused: bool = False) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(size))
+        self.fused = fused  # the kernel plan's fused Triton kernel (GPU)
 
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Normalize x; with `residual`, normalize x + residual and return the sum too."""
-        if self.use_triton:
+        if self.fused:
             from pagoda.engine.kernels.triton_fused import rms_norm
 
             return rms_norm(x, self.weight, self.eps, residual)

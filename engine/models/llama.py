@@ -16,6 +16,7 @@ from torch import nn
 
 from pagoda.engine.distributed.parallel import SINGLE, TensorParallel, num_kv_heads_per_rank
 from pagoda.engine.kernels.attention_metadata import AttentionMetadata
+from pagoda.engine.kernels.plan import KernelPlan
 from pagoda.engine.layers.attention import Attention
 from pagoda.engine.layers.embedding import VocabParallelEmbedding
 from pagoda.engine.layers.linear import MergedLinear, RowParallelLinear
@@ -25,84 +26,65 @@ from pagoda.engine.model_config import ModelConfig
 
 
 class LlamaAttention(nn.Module):
-    use_triton = False  # the GPU path fuses rope, q/k norm and the cache write
-
     def __init__(
-        self, config: ModelConfig, rotary: RotaryEmbedding, qk_norm: bool, tp: TensorParallel
+        self,
+        config: ModelConfig,
+        rotary: RotaryEmbedding,
+        qk_norm: bool,
+        tp: TensorParallel,
+        plan: KernelPlan,
     ) -> None:
         super().__init__()
         # This rank's heads: a 1/N share of the queries, of the KV heads (or one of them).
-        self.num_heads = config.num_heads // tp.size
-        self.num_kv_heads = num_kv_heads_per_rank(config.num_kv_heads, tp.size)
-        self.head_dim = config.head_dim
-        q_size = config.num_heads * self.head_dim
-        kv_size = config.num_kv_heads * self.head_dim
+        num_heads = config.num_heads // tp.size
+        num_kv_heads = num_kv_heads_per_rank(config.num_kv_heads, tp.size)
+        head_dim = config.head_dim
+        q_size = config.num_heads * head_dim
+        kv_size = config.num_kv_heads * head_dim
         kv_partition = tp.kv_partition(config.num_kv_heads)
         self.qkv_proj = MergedLinear(
             config.hidden_size,
             [q_size, kv_size, kv_size],
             bias=config.attention_bias,
             partitions=[tp.partition, kv_partition, kv_partition],
+            skinny=plan.skinny_setting("qkv_proj"),
         )
-        self.o_proj = RowParallelLinear(q_size, config.hidden_size, tp=tp)
-        self.rotary = rotary
-        self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if qk_norm else None
-        self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if qk_norm else None
+        self.o_proj = RowParallelLinear(
+            q_size, config.hidden_size, tp=tp, skinny=plan.skinny_setting("o_proj")
+        )
+        self.q_norm = self.k_norm = None
+        if qk_norm:
+            self.q_norm = RMSNorm(head_dim, config.rms_norm_eps, plan.fused)
+            self.k_norm = RMSNorm(head_dim, config.rms_norm_eps, plan.fused)
         self.attn = Attention(
-            self.num_heads, self.num_kv_heads, self.head_dim, config.sliding_window
+            num_heads, num_kv_heads, head_dim, rotary, plan, config.sliding_window
         )
 
     def forward(
         self, positions: torch.Tensor, hidden: torch.Tensor, meta: AttentionMetadata
     ) -> torch.Tensor:
-        num_tokens = hidden.shape[0]
-        if self.use_triton:
-            return self.o_proj(self._fused_attention(positions, hidden, meta))
-        q, k, v = self.qkv_proj.split(self.qkv_proj(hidden))
-        q = q.view(num_tokens, self.num_heads, self.head_dim)
-        k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
-        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary(positions, q, k)
-        out = self.attn(q, k, v, meta)  # [num_tokens, heads, dim]
-        return self.o_proj(out.reshape(num_tokens, -1))
-
-    def _fused_attention(self, positions, hidden, meta) -> torch.Tensor:
-        """GPU path: one kernel rotates q/k and writes k/v into the cache."""
-        from pagoda.engine.kernels.triton_fused import rope_and_store
-
-        q = rope_and_store(
-            self.qkv_proj(hidden),
-            positions,
-            self.rotary.cos,
-            self.rotary.sin,
-            self.attn.kv_cache,
-            meta.slot_mapping,
-            self.num_heads,
-            self.num_kv_heads,
-            self.head_dim,
-            q_norm=None if self.q_norm is None else self.q_norm.weight,
-            k_norm=None if self.k_norm is None else self.k_norm.weight,
-            eps=self.q_norm.eps if self.q_norm is not None else 1e-6,
-        )
-        return self.attn.attend(q, meta).reshape(hidden.shape[0], -1)
+        qkv = self.qkv_proj(hidden)
+        return self.o_proj(self.attn(positions, qkv, meta, self.q_norm, self.k_norm))
 
 
 class LlamaMLP(nn.Module):
-    use_triton = False  # the GPU path fuses the activation
-
-    def __init__(self, config: ModelConfig, tp: TensorParallel) -> None:
+    def __init__(self, config: ModelConfig, tp: TensorParallel, plan: KernelPlan) -> None:
         super().__init__()
         size = config.intermediate_size
         self.gate_up_proj = MergedLinear(
-            config.hidden_size, [size, size], partitions=[tp.partition, tp.partition]
+            config.hidden_size,
+            [size, size],
+            partitions=[tp.partition, tp.partition],
+            skinny=plan.skinny_setting("gate_up_proj"),
         )
-        self.down_proj = RowParallelLinear(size, config.hidden_size, tp=tp)
+        self.down_proj = RowParallelLinear(
+            size, config.hidden_size, tp=tp, skinny=plan.skinny_setting("down_proj")
+        )
+        self.fused = plan.fused  # one Triton kernel for SiLU(gate) * up
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate_up = self.gate_up_proj(x)
-        if self.use_triton:
+        if self.fused:
             from pagoda.engine.kernels.triton_fused import silu_and_mul
 
             return self.down_proj(silu_and_mul(gate_up))
@@ -112,13 +94,19 @@ class LlamaMLP(nn.Module):
 
 class LlamaDecoderLayer(nn.Module):
     def __init__(
-        self, config: ModelConfig, rotary: RotaryEmbedding, qk_norm: bool, tp: TensorParallel
+        self,
+        config: ModelConfig,
+        rotary: RotaryEmbedding,
+        qk_norm: bool,
+        tp: TensorParallel,
+        plan: KernelPlan,
     ) -> None:
         super().__init__()
-        self.self_attn = LlamaAttention(config, rotary, qk_norm, tp)
-        self.mlp = LlamaMLP(config, tp)
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = LlamaAttention(config, rotary, qk_norm, tp, plan)
+        self.mlp = LlamaMLP(config, tp, plan)
+        eps = config.rms_norm_eps
+        self.input_layernorm = RMSNorm(config.hidden_size, eps, plan.fused)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps, plan.fused)
 
     def forward(
         self,
@@ -139,7 +127,12 @@ class LlamaDecoderLayer(nn.Module):
 
 class LlamaModel(nn.Module):
     def __init__(
-        self, config: ModelConfig, max_positions: int, qk_norm: bool, tp: TensorParallel
+        self,
+        config: ModelConfig,
+        max_positions: int,
+        qk_norm: bool,
+        tp: TensorParallel,
+        plan: KernelPlan,
     ) -> None:
         super().__init__()
         self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, tp)
@@ -147,9 +140,9 @@ class LlamaModel(nn.Module):
             config.head_dim, max_positions, config.rope_theta, config.rope_scaling
         )
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(config, rotary, qk_norm, tp) for _ in range(config.num_layers)
+            LlamaDecoderLayer(config, rotary, qk_norm, tp, plan) for _ in range(config.num_layers)
         )
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, plan.fused)
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
@@ -174,11 +167,15 @@ class LlamaForCausalLM(nn.Module):
     qk_norm = False
 
     def __init__(
-        self, config: ModelConfig, max_positions: int, tp: TensorParallel = SINGLE
+        self,
+        config: ModelConfig,
+        max_positions: int,
+        plan: KernelPlan,
+        tp: TensorParallel = SINGLE,
     ) -> None:
         super().__init__()
         self.config = config
-        self.model = LlamaModel(config, max_positions, self.qk_norm, tp)
+        self.model = LlamaModel(config, max_positions, self.qk_norm, tp, plan)
         self.lm_head = (
             None
             if config.tie_word_embeddings

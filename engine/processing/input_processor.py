@@ -43,9 +43,9 @@ class InputProcessor:
 
     def prepare(
         self,
-        request_id: str,
         prompt: Prompt,
-        params: SamplingParams | None = None,
+        params: SamplingParams | None,
+        request_id: str,
         priority: int = 0,
         cache_salt: str | None = None,
     ) -> PreparedRequest:

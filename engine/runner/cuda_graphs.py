@@ -25,11 +25,12 @@ from __future__ import annotations
 import bisect
 import logging
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
-from pagoda.engine.runner.buffers import ModelInputs, PaddedShape
+from pagoda.engine.runner.buffers import InputBuffers, ModelInputs, PaddedShape
 from pagoda.engine.runner.input_batch import HostBatch
 
 logger = logging.getLogger(__name__)
@@ -50,10 +51,24 @@ def ragged_graph_sizes(max_tokens: int) -> list[int]:
 
 
 class StepGraphs:
-    def __init__(self, runner, num_kv_heads: int, max_rows: int) -> None:
-        self.runner = runner
-        self.num_kv_heads = num_kv_heads  # this rank's
-        self.max_rows = max_rows  # rows the input buffers hold
+    """The captured graphs of one runner, over its input buffers.
+
+    decode_forward(inputs) -> logits of every row, ragged_forward(inputs) -> hidden states
+    of every token: the two forwards the graphs capture. decode_splits(rows): the split-K
+    ranges a decode step of that many rows uses (the kernel plan's choice).
+    """
+
+    def __init__(
+        self,
+        buffers: InputBuffers,
+        decode_forward: Callable[[ModelInputs], torch.Tensor],
+        ragged_forward: Callable[[ModelInputs], torch.Tensor],
+        decode_splits: Callable[[int], int],
+    ) -> None:
+        self.buffers = buffers
+        self.max_rows = buffers.max_rows
+        self._forwards = {True: decode_forward, False: ragged_forward}
+        self._decode_splits = decode_splits
         self.decode_sizes: list[int] = []
         self.ragged_sizes: list[int] = []
         self.outputs: dict[PaddedShape, torch.Tensor] = {}
@@ -67,11 +82,7 @@ class StepGraphs:
         return PaddedShape(tokens=tokens, rows=min(tokens, self.max_rows), decode=False)
 
     def num_splits(self, shape: PaddedShape) -> int:
-        if not shape.decode:
-            return 1  # the ragged kernel does not split
-        from pagoda.engine.kernels.triton_decode import choose_num_splits  # CUDA only
-
-        return choose_num_splits(shape.rows, self.num_kv_heads)
+        return self._decode_splits(shape.rows) if shape.decode else 1  # ragged: no split
 
     def bucket(self, batch: HostBatch) -> PaddedShape | None:
         """The captured shape this batch replays in, or None to run eagerly."""
@@ -97,7 +108,7 @@ class StepGraphs:
         shapes = [self.decode_shape(s) for s in decode_sizes]
         shapes += [self.ragged_shape(s) for s in ragged_sizes]
         for shape in sorted(shapes, key=lambda s: s.tokens, reverse=True):
-            inputs = self.runner.buffers.load(
+            inputs = self.buffers.load(
                 _padding_batch(), pad_to=shape, num_splits=self.num_splits(shape)
             )
             self._capture_one(shape, inputs)
@@ -124,10 +135,8 @@ class StepGraphs:
         torch.cuda.synchronize()
         self._graphs[shape] = graph
 
-    def _forward(self, shape: PaddedShape):
-        if shape.decode:
-            return self.runner.forward_logits
-        return self.runner.forward_hidden
+    def _forward(self, shape: PaddedShape) -> Callable[[ModelInputs], torch.Tensor]:
+        return self._forwards[shape.decode]
 
     def replay(self, shape: PaddedShape) -> torch.Tensor:
         """Decode: logits of every row; ragged: hidden states of every token (rows and
@@ -142,7 +151,7 @@ class StepGraphs:
         slot of the scratch block (at short contexts attention is a small share)."""
         sizes = self.decode_sizes
         shape = self.decode_shape(sizes[bisect.bisect_left(sizes, size)])
-        self.runner.buffers.load(_padding_batch(), pad_to=shape, num_splits=self.num_splits(shape))
+        self.buffers.load(_padding_batch(), pad_to=shape, num_splits=self.num_splits(shape))
         return replay_time_ms(self._graphs[shape], iters, warmup=3)
 
 

@@ -9,6 +9,7 @@ in on the device.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +34,46 @@ class RequestState:
     @property
     def num_output_tokens(self) -> int:
         return len(self.token_ids) + self.num_pending - self.num_prompt_tokens
+
+
+def apply_scheduled(
+    states: dict[str, RequestState],
+    scheduled: SchedulerOutput,
+    seeded: Callable[[int], torch.Generator | None],
+) -> None:
+    """Bring the runner's copies up to date with one step's diff: drop the finished,
+    add the new (`seeded(seed)` gives a request's own generator), extend or replace the
+    block ids of the rest."""
+    for request_id in scheduled.finished_request_ids:
+        states.pop(request_id, None)
+    for new in scheduled.new_requests:
+        params = new.sampling_params
+        states[new.request_id] = RequestState(
+            request_id=new.request_id,
+            token_ids=list(new.prompt_token_ids),
+            num_prompt_tokens=len(new.prompt_token_ids),
+            block_ids=list(new.block_ids),
+            params=params,
+            generator=None if params.seed is None else seeded(params.seed),
+            num_computed_tokens=new.num_computed_tokens,
+        )
+    for cached in scheduled.cached_requests:
+        state = states[cached.request_id]
+        if cached.resumed:
+            state.block_ids = list(cached.new_block_ids)
+        else:
+            state.block_ids.extend(cached.new_block_ids)
+        state.num_computed_tokens = cached.num_computed_tokens
+
+
+def needs_token_history(state: RequestState) -> bool:
+    """Whether sampling for this request reads its token values (not just their count):
+    penalties do, so a pending token must reach the host first."""
+    params = state.params
+    uses_penalties = (
+        params.repetition_penalty != 1 or params.presence_penalty or params.frequency_penalty
+    )
+    return bool(uses_penalties and state.num_pending)
 
 
 @dataclass

@@ -12,9 +12,13 @@ from __future__ import annotations
 import logging
 
 import torch
+from torch import nn
 
 from pagoda.engine.config import DEFAULT_CPU_KV_CACHE_BYTES, EngineConfig
 from pagoda.engine.distributed.parallel import num_kv_heads_per_rank
+from pagoda.engine.layers.attention import Attention
+from pagoda.engine.messages import NewRequestData, SchedulerOutput
+from pagoda.engine.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
 
@@ -92,3 +96,30 @@ def allocate_kv_caches(
         torch.zeros(shape, dtype=config.kv_cache_torch_dtype, device=device)
         for _ in range(model.num_layers)
     ]
+
+
+def bind_kv_caches(model: nn.Module, caches: list[torch.Tensor]) -> None:
+    """Give each attention layer, in model order, its layer's cache tensor."""
+    layers = [module for module in model.modules() if isinstance(module, Attention)]
+    for layer, cache in zip(layers, caches, strict=True):
+        layer.kv_cache = cache
+
+
+def profiling_step(config: EngineConfig, num_seqs: int, tokens_each: int) -> SchedulerOutput:
+    """A step of `num_seqs` new prompts of `tokens_each` tokens over blocks 0.., for the
+    profiling pass that measures a full token budget's peak memory."""
+    blocks_each = -(-tokens_each // config.block_size)
+    step = SchedulerOutput()
+    for i in range(num_seqs):
+        request_id = f"profile-{i}"
+        step.new_requests.append(
+            NewRequestData(
+                request_id=request_id,
+                prompt_token_ids=[i % config.model_config.vocab_size] * tokens_each,
+                sampling_params=SamplingParams(temperature=0.0),
+                block_ids=list(range(i * blocks_each, (i + 1) * blocks_each)),
+                num_computed_tokens=0,
+            )
+        )
+        step.num_scheduled_tokens[request_id] = tokens_each
+    return step

@@ -103,7 +103,7 @@ def test_triton_matches_reference_at_small_shapes(triton_attention, index):
 @pytest.mark.parametrize("leading_decodes", [1, 4])
 def test_mixed_batches_split_between_decode_and_ragged_kernels(leading_decodes):
     """One-token rows first (the decode kernel), then prefill chunks (the ragged one)."""
-    from pagoda.engine.layers.attention import TritonBackend
+    from pagoda.engine.kernels.attention_backends import TritonBackend
 
     device = "cuda" if ON_GPU else "cpu"
     for index, (heads, kv_heads, dim, window) in enumerate([(4, 2, 16, None), (6, 2, 24, 9)]):
@@ -130,7 +130,7 @@ def test_mixed_batches_split_between_decode_and_ragged_kernels(leading_decodes):
 def test_a_float8_cache_is_read_as_the_reference_reads_it(decode_only, query_dtype):
     """The kernels widen float8 K/V (to fp16 under a 16-bit query, where every float8
     value is exact); the reference widens it to fp32."""
-    from pagoda.engine.layers.attention import TritonBackend
+    from pagoda.engine.kernels.attention_backends import TritonBackend
 
     device = "cuda" if ON_GPU else "cpu"
     rng = random.Random(7)
@@ -180,7 +180,7 @@ def test_store_kv_writes_every_slot():
 def test_triton_matches_reference_at_full_shapes(triton_attention, dtype):
     """Llama-3.1-8B attention shapes: 32 heads, 8 KV heads, head_dim 128."""
     rng = random.Random(0)
-    from pagoda.engine.layers.attention import TritonBackend
+    from pagoda.engine.kernels.attention_backends import TritonBackend
 
     for decode_only, leading_decodes in ((False, 0), (True, 0), (False, 16)):
         kv_cache, meta = random_batch(

@@ -61,7 +61,7 @@ def test_bf16_llama_shapes_on_gpu(skinny, rows, fan_in, fan_out):
 def test_the_runners_launch_settings_fit_in_fp32_and_bf16(skinny, projection, dtype):
     """The swept settings were measured in bf16; fp32 (the parity tests) needs the same
     shared memory a pipeline stage, not twice."""
-    from pagoda.engine.runner.model_runner import SKINNY_SETTINGS
+    SKINNY_SETTINGS = skinny.SETTINGS
 
     x = torch.randn(16, 4096, device=DEVICE, dtype=dtype)
     weight = torch.randn(1024, 4096, device=DEVICE, dtype=dtype) * 0.02

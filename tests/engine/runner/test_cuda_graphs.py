@@ -5,12 +5,13 @@ A CUDA graph replays its captured kernels over fixed buffers at a fixed launch s
 loaded with and "replays" by running the forward eagerly over those same buffers, with the
 Triton kernels interpreted. So the padding (decode rows, the ragged padding row, empty rows,
 launch grids of the shape, not of the batch) is checked on the CPU: real rows must give the
-tokens of the unpadded engine. The real graphs are checked on the GPU in test_gpu.py.
+tokens of the unpadded engine. The real graphs are checked on the GPU in test_gpu_path.py.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -37,6 +38,11 @@ class EagerReplay(StepGraphs):
     def replay(self, shape):
         self.replays["decode" if shape.decode else "ragged"] += 1
         return self._forward(shape)(self.inputs[shape])
+
+
+def _bucketing_only(max_rows: int) -> StepGraphs:
+    """Graphs that only choose shapes: buffers of `max_rows` rows, nothing to run."""
+    return StepGraphs(SimpleNamespace(max_rows=max_rows), None, None, lambda rows: 1)
 
 
 def _batch(query_lens: list[int]) -> HostBatch:
@@ -75,14 +81,14 @@ def _batch(query_lens: list[int]) -> HostBatch:
     ],
 )
 def test_a_batch_replays_in_the_smallest_shape_that_holds_it(query_lens, expected):
-    graphs = StepGraphs(runner=None, num_kv_heads=2, max_rows=8)
+    graphs = _bucketing_only(max_rows=8)
     graphs.decode_sizes = graph_sizes(16)
     graphs.ragged_sizes = ragged_graph_sizes(4096)
     assert graphs.bucket(_batch(query_lens)) == expected
 
 
 def test_a_full_ragged_shape_with_tokens_to_pad_and_no_free_row_is_not_chosen():
-    graphs = StepGraphs(runner=None, num_kv_heads=2, max_rows=8)
+    graphs = _bucketing_only(max_rows=8)
     graphs.ragged_sizes = [16, 32]
     # 8 rows, 10 tokens: 16 would leave 6 padding tokens and no row for them
     assert graphs.bucket(_batch([1] * 7 + [3])) is None
@@ -115,7 +121,9 @@ def test_padded_shapes_give_the_tokens_of_the_unpadded_engine(llama_dir, async_s
 
     llm = LLM(str(llama_dir), **settings)
     runner = llm.engine.core.runner
-    graphs = EagerReplay(runner, runner.num_kv_heads, runner.buffers.max_rows)
+    graphs = EagerReplay(
+        runner.buffers, runner.forward_logits, runner.forward_hidden, runner.plan.num_splits
+    )
     graphs.capture(graph_sizes(4), ragged_graph_sizes(48))
     runner.graphs = graphs
     # one at a time (the second and later hit the prefix cache), then all together

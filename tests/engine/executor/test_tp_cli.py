@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.engine.test_tp_failures import alive, wait_until
+from tests.engine.executor.test_tp_failures import alive, wait_until
 from tests.test_cli import ENV, pagoda
 
 pytestmark = pytest.mark.slow

@@ -37,9 +37,15 @@ def test_latency_figures(llm):
     assert figures["decode_tokens_per_s"] > 0 and figures["ttft_long_ms"] > 0
 
 
-def test_prefix_reuse_is_faster_with_a_shared_prefix(llm):
+def test_prefix_reuse_compares_a_cached_prefix_with_one_that_cannot_be(llm):
+    """What the workload measures, not how fast (that is `pagoda bench prefix-reuse`'s
+    result): shared-prefix requests reuse every full block of the prefix, unique ones
+    nothing, in both modes, and every figure is there."""
     figures = workloads.pagoda_prefix_reuse(llm, 6, 256, 8, vocab_size=1000)
-    assert figures["burst_speedup"] > 1.0
+    for mode in ("sequential", "burst"):
+        assert figures["shared_prefix"][f"{mode}_mean_cached_tokens"] == 256
+        assert figures["unique_prefix"][f"{mode}_mean_cached_tokens"] == 0
+        assert figures[f"{mode}_speedup"] > 0
 
 
 @pytest.mark.gpu

@@ -1,6 +1,6 @@
 """`kv_cache_dtype="fp8"`: K/V stored as float8 e4m3, widened when attention reads them.
 
-On the CPU this runs the reference path (the oracle); test_gpu.py runs the Triton one.
+On the CPU this runs the reference path (the oracle); runner/test_gpu_path.py runs the Triton one.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 
 from pagoda.engine import LLM, SamplingParams
 from tests.conftest import parity_prompts
-from tests.engine.test_gpu import capture_logits
+from tests.engine.runner.test_gpu_path import capture_logits
 
 SETTINGS = dict(device="cpu", max_model_len=512, kv_cache_memory_bytes=4 << 20)
 

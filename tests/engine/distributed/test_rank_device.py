@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from pagoda.engine.runner.model_runner import rank_device
+from pagoda.engine.distributed.parallel import rank_device
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,83 @@
+"""The kernel plan: which kernels one runner's model uses, decided once.
+
+`KernelPlan.choose` reads the config and the device when the runner starts and the model
+takes the plan when it is built; nothing is switched on modules afterwards. It holds:
+
+- the attention backend (the torch reference, or the Triton kernels with the decode
+  kernel's split-K workspace) and how many splits a decode step of N rows uses;
+- whether the fused Triton kernels run: RMSNorm with the residual add, rope with the q/k
+  norms and the K/V store, SiLU·mul;
+- per projection, the launch setting of the few-rows Triton product (triton_skinny.py),
+  or none to leave every product to cuBLAS.
+
+The Triton kernels run on CUDA only; everywhere else (CPU, tests) the plan is the
+reference, `KernelPlan.reference()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.kernels.attention_backends import TorchBackend, TritonBackend
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    backend: TorchBackend | TritonBackend
+    fused: bool = False  # fused Triton kernels for norms, rope + K/V store, activation
+    # projection name ("qkv_proj", "o_proj", ...) -> the few-rows product's launch setting
+    skinny: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    num_kv_heads: int = 1  # this rank's: the decode kernel's programs per row
+
+    @classmethod
+    def reference(cls) -> KernelPlan:
+        """The pure-torch path: any device, every kernel's oracle."""
+        return cls(TorchBackend())
+
+    @classmethod
+    def choose(
+        cls,
+        config: EngineConfig,
+        device: torch.device,
+        num_heads: int,
+        num_kv_heads: int,
+        max_decode_rows: int,
+    ) -> KernelPlan:
+        """The plan for a runner on `device` holding `num_heads` / `num_kv_heads` of the
+        model's heads, whose decode steps have at most `max_decode_rows` rows."""
+        if config.attention_backend != "triton":
+            return cls(TorchBackend(), num_kv_heads=num_kv_heads)
+        from pagoda.engine.kernels import triton_decode, triton_skinny
+
+        if device.type != "cuda":  # the Triton interpreter (CPU tests): attention only
+            return cls(TritonBackend(), num_kv_heads=num_kv_heads)
+        workspace = triton_decode.DecodeWorkspace(  # fixed addresses, for CUDA graphs
+            max_decode_rows,
+            num_heads,
+            config.model_config.head_dim,
+            triton_decode.MAX_SPLITS,
+            device,
+        )
+        return cls(TritonBackend(workspace), True, triton_skinny.SETTINGS, num_kv_heads)
+
+    @property
+    def uses_triton_attention(self) -> bool:
+        """Whether attention reads its batch layout on the device only (capturable in a
+        CUDA graph): the torch reference reads it on the host."""
+        return isinstance(self.backend, TritonBackend)
+
+    def skinny_setting(self, projection: str) -> Mapping[str, int] | None:
+        """The few-rows product's setting for a projection, or None (cuBLAS only)."""
+        return self.skinny.get(projection)
+
+    def num_splits(self, num_rows: int) -> int:
+        """Split-K ranges per row of a decode-only step (1 for the torch reference)."""
+        if not self.uses_triton_attention:
+            return 1
+        from pagoda.engine.kernels.triton_decode import choose_num_splits
+
+        return choose_num_splits(num_rows, self.num_kv_heads)
