@@ -8,6 +8,7 @@ outputs = llm.generate(["Hello"], SamplingParams(max_tokens=16))
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.frontend.async_llm import AsyncLLM, EngineDeadError
 from pagoda.engine.frontend.llm import LLM
+from pagoda.engine.lora_request import LoRARequest
 from pagoda.engine.outputs import CompletionOutput, RequestOutput
 from pagoda.engine.sampling_params import SamplingParams
 
@@ -17,6 +18,7 @@ __all__ = [
     "CompletionOutput",
     "EngineConfig",
     "EngineDeadError",
+    "LoRARequest",
     "RequestOutput",
     "SamplingParams",
 ]

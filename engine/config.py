@@ -17,6 +17,7 @@ from pagoda.engine.model_config import ModelConfig, load_model_config, parse_dty
 DEFAULT_CPU_KV_CACHE_BYTES = 1 << 30
 # torch: the pure-torch reference (any device); triton: the Triton kernels (CUDA).
 ATTENTION_BACKENDS = ("torch", "triton")
+MAX_LORA_RANK = 512
 
 
 # KV-cache storage: None is the model's dtype.
@@ -56,6 +57,13 @@ class EngineConfig:
     # the device's. Default: on with one rank in this process ('uni'), where it can be.
     async_scheduling: bool | None = None
     served_model_name: str | None = None
+    # LoRA adapters (PEFT format), many in one batch: `max_loras` GPU slots (adapters one
+    # step may use), the largest rank an adapter may have, and how many adapters keep a
+    # host copy (default 2 x max_loras; the least recently used one goes first).
+    enable_lora: bool = False
+    max_loras: int = 4
+    max_lora_rank: int = 16
+    max_cpu_loras: int | None = None
 
     # Filled by resolve():
     model_config: ModelConfig | None = dataclasses.field(default=None, repr=False)
@@ -77,6 +85,7 @@ class EngineConfig:
                 default if config.enable_chunked_prefill else max(default, config.max_model_len)
             )
         config._check_budget()
+        config.max_cpu_loras = config._resolve_max_cpu_loras()
         config.tokenizer = config.tokenizer or config.model
         config.served_model_name = config.served_model_name or config.model
         return config
@@ -206,6 +215,22 @@ class EngineConfig:
                 f"max_position_embeddings ({limit}) in {self.model}/config.json"
             )
         return self.max_model_len
+
+    def _resolve_max_cpu_loras(self) -> int:
+        _positive(self, "max_loras", "max_lora_rank")
+        if self.max_lora_rank > MAX_LORA_RANK:
+            raise ValueError(
+                f"max_lora_rank must be at most {MAX_LORA_RANK}, got {self.max_lora_rank}"
+            )
+        if self.max_cpu_loras is None:
+            return 2 * self.max_loras
+        _positive(self, "max_cpu_loras")
+        if self.max_cpu_loras < self.max_loras:
+            raise ValueError(
+                f"max_cpu_loras ({self.max_cpu_loras}) must be at least max_loras "
+                f"({self.max_loras}): every adapter in a GPU slot keeps its host copy"
+            )
+        return self.max_cpu_loras
 
     def _check_budget(self) -> None:
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:

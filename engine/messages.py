@@ -31,6 +31,26 @@ class EngineCoreRequest:
 
 
 @dataclass(slots=True)
+class LoRAAdapter:
+    """An adapter the frontend checked, for the core and every rank to load: its engine
+    id (what requests and the prefix cache key on), its name and its folder."""
+
+    lora_id: int
+    name: str
+    path: str
+
+
+@dataclass(slots=True)
+class LoRAState:
+    """Where one adapter is, as the engine core reports it after a step."""
+
+    lora_id: int
+    state: str  # gpu | cpu | loading | unloaded (host copy dropped) | failed
+    loaded_at: float | None = None  # time.time() its host copy was complete
+    error: str | None = None
+
+
+@dataclass(slots=True)
 class NewRequestData:
     """A request the runner has not seen before."""
 
@@ -97,6 +117,7 @@ class EngineCoreOutput:
     new_logprobs: list[Logprobs] | None = None
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     stop_reason: int | str | None = None
+    error: str | None = None  # why the core aborted it (its adapter failed to load)
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
     first_scheduled_time: float | None = None  # time.monotonic(): queue time for metrics
@@ -116,6 +137,10 @@ class SchedulerStats:
     num_preemptions_total: int
     prefix_cache_queries_total: int  # tokens
     prefix_cache_hits_total: int  # tokens
+    # LoRA: adapter ids of the running and the waiting requests, and every adapter's state
+    running_lora_ids: tuple[int, ...] = ()
+    waiting_lora_ids: tuple[int, ...] = ()
+    lora_states: tuple[LoRAState, ...] = ()
 
 
 @dataclass(slots=True)

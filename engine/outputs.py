@@ -40,3 +40,6 @@ class RequestOutput:
     finished: bool
     num_cached_tokens: int = 0
     metrics: RequestMetrics | None = field(default=None, repr=False)
+    # Set when the engine could not serve the request (its LoRA adapter failed to load):
+    # it finished with "abort" and this says why.
+    error: str | None = None

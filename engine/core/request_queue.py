@@ -13,7 +13,10 @@ from pagoda.engine.core.request import Request
 
 class RequestQueue(Protocol):
     def add(self, request: Request) -> None: ...
-    def add_preempted(self, request: Request) -> None: ...
+    def put_back(self, request: Request) -> None:
+        """Return a request taken out (preempted, or passed over this step) to its turn."""
+        ...
+
     def peek(self) -> Request: ...
     def pop(self) -> Request: ...
     def remove(self, request: Request) -> None: ...
@@ -26,7 +29,8 @@ class RequestQueue(Protocol):
 
 
 class FCFSQueue:
-    """Arrival order; a preempted request goes back to the front so it cannot starve."""
+    """Arrival order; a request put back (preempted, passed over) goes to the front, so it
+    cannot starve."""
 
     def __init__(self) -> None:
         self._queue: deque[Request] = deque()
@@ -34,7 +38,7 @@ class FCFSQueue:
     def add(self, request: Request) -> None:
         self._queue.append(request)
 
-    def add_preempted(self, request: Request) -> None:
+    def put_back(self, request: Request) -> None:
         self._queue.appendleft(request)
 
     def peek(self) -> Request:
@@ -75,7 +79,7 @@ class PriorityQueue:
         self._entries[request.request_id] = entry
         heapq.heappush(self._heap, entry)
 
-    def add_preempted(self, request: Request) -> None:
+    def put_back(self, request: Request) -> None:
         self.add(request)  # its original arrival time keeps its place
 
     def _drop_removed(self) -> None:

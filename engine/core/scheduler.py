@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
+from pagoda.engine.core.lora_admission import LoRAAdmission
 from pagoda.engine.core.request import Request, RequestStatus
 from pagoda.engine.core.request_queue import make_request_queue
 from pagoda.engine.messages import (
@@ -52,10 +53,17 @@ class SchedulerConfig:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, kv_cache: KVCacheManager) -> None:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        kv_cache: KVCacheManager,
+        loras: LoRAAdmission | None = None,
+    ) -> None:
         config.validate()
         self.config = config
         self.kv_cache = kv_cache
+        # None: LoRA is off (every request is the base model's)
+        self.loras = loras or LoRAAdmission(0, lambda _: False)
         self.requests: dict[str, Request] = {}
         self.waiting = make_request_queue(config.policy)
         self.running: list[Request] = []
@@ -83,7 +91,7 @@ class Scheduler:
             if request is None:
                 continue  # already finished: aborting is idempotent
             if request.status == RequestStatus.RUNNING:
-                self.running.remove(request)
+                self._leave_running(request)
             else:
                 self.waiting.remove(request)
             request.status = RequestStatus.FINISHED_ABORTED
@@ -93,6 +101,10 @@ class Scheduler:
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.running) or len(self.waiting) > 0
+
+    def request_ids_of_lora(self, lora_id: int) -> list[str]:
+        """Every unfinished request of an adapter, running or waiting."""
+        return [r.request_id for r in self.requests.values() if r.lora_id == lora_id]
 
     # -- one step --------------------------------------------------------------------
 
@@ -149,10 +161,14 @@ class Scheduler:
         return budget, preempted
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
+        passed_over: list[Request] = []  # their adapter cannot run yet: they keep their turn
         while len(self.waiting) and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.peek()
             if request.num_output_placeholders:
                 break  # preempted with a token in flight: it resumes once the token is in
+            if not self.loras.can_admit(request.lora_id):
+                passed_over.append(self.waiting.pop())
+                continue
             computed_blocks, num_hit = self.kv_cache.get_computed_blocks(request)
             num_new = request.num_tokens - num_hit
             if num_new > budget and not self.config.enable_chunked_prefill:
@@ -164,10 +180,13 @@ class Scheduler:
             self.kv_cache.record_prefix_query(request.num_tokens, num_hit)
             self._admit(out, request, num_hit, num_new)
             budget -= num_new
+        for request in reversed(passed_over):
+            self.waiting.put_back(request)
 
     def _admit(self, out: SchedulerOutput, request: Request, num_hit: int, num_new: int) -> None:
         request.status = RequestStatus.RUNNING
         request.num_computed_tokens = num_hit
+        self.loras.started(request.lora_id)
         if request.first_scheduled_time is None:
             request.first_scheduled_time = time.monotonic()
             request.num_cached_prompt_tokens = num_hit
@@ -206,13 +225,13 @@ class Scheduler:
 
     def _preempt(self, request: Request, out: SchedulerOutput) -> int:
         """Free the request's blocks and queue it for recompute; returns budget freed."""
-        self.running.remove(request)
+        self._leave_running(request)
         self.kv_cache.free(request)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
         request.num_preemptions += 1
         self.num_preemptions_total += 1
-        self.waiting.add_preempted(request)
+        self.waiting.put_back(request)
         logger.debug("preempted %s (blocks ran out)", request.request_id)
         num_given_back = out.num_scheduled_tokens.pop(request.request_id, 0)
         if num_given_back:
@@ -237,13 +256,17 @@ class Scheduler:
             was_running = request.status == RequestStatus.RUNNING  # or preempted meanwhile
             if request.check_stop():
                 if was_running:
-                    self.running.remove(request)
+                    self._leave_running(request)
                 else:
                     self.waiting.remove(request)
                 self._finish(request)
             logprobs = result.logprobs.get(request_id)
             outputs.append(self._output(request, [token_id], [logprobs] if logprobs else None))
         return outputs
+
+    def _leave_running(self, request: Request) -> None:
+        self.running.remove(request)
+        self.loras.stopped(request.lora_id)
 
     def _finish(self, request: Request) -> None:
         self.kv_cache.free(request)
@@ -273,4 +296,8 @@ class Scheduler:
             num_preemptions_total=self.num_preemptions_total,
             prefix_cache_queries_total=self.kv_cache.stats.queries,
             prefix_cache_hits_total=self.kv_cache.stats.hits,
+            running_lora_ids=tuple(sorted(self.loras.running)),
+            waiting_lora_ids=tuple(
+                sorted({r.lora_id for r in self.waiting if r.lora_id is not None})
+            ),
         )

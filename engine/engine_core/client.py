@@ -15,8 +15,16 @@ from typing import Protocol
 
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.engine_core.errors import EngineDeadError
-from pagoda.engine.engine_core.loop import ABORT, ADD, SHUTDOWN, EngineCoreLoop, QueueTransport
-from pagoda.engine.messages import EngineCoreOutputs, EngineCoreRequest
+from pagoda.engine.engine_core.loop import (
+    ABORT,
+    ADD,
+    ADD_LORA,
+    REMOVE_LORA,
+    SHUTDOWN,
+    EngineCoreLoop,
+    QueueTransport,
+)
+from pagoda.engine.messages import EngineCoreOutputs, EngineCoreRequest, LoRAAdapter
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +35,10 @@ class EngineCoreClient(Protocol):
     def add_requests(self, requests: list[EngineCoreRequest]) -> None: ...
 
     def abort_requests(self, request_ids: list[str]) -> None: ...
+
+    def add_lora(self, adapter: LoRAAdapter) -> None: ...
+
+    def remove_lora(self, lora_id: int) -> None: ...
 
     def get_outputs(self, timeout: float) -> EngineCoreOutputs | None:
         """The next step's outputs, None after `timeout` seconds; EngineDeadError if dead."""
@@ -61,6 +73,12 @@ class InprocCoreClient:
 
     def abort_requests(self, request_ids: list[str]) -> None:
         self._transport.inbox.put((ABORT, request_ids))
+
+    def add_lora(self, adapter: LoRAAdapter) -> None:
+        self._transport.inbox.put((ADD_LORA, adapter))
+
+    def remove_lora(self, lora_id: int) -> None:
+        self._transport.inbox.put((REMOVE_LORA, lora_id))
 
     def get_outputs(self, timeout: float) -> EngineCoreOutputs | None:
         if self._dead is not None:

@@ -16,11 +16,14 @@ from typing import TYPE_CHECKING
 
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
+from pagoda.engine.core.lora_admission import LoRAAdmission
 from pagoda.engine.core.request import Request
 from pagoda.engine.core.scheduler import Scheduler, SchedulerConfig
+from pagoda.engine.engine_core.loras import CoreLoRAs
 from pagoda.engine.messages import (
     EngineCoreOutput,
     EngineCoreRequest,
+    LoRAAdapter,
     SchedulerOutput,
     SchedulerStats,
 )
@@ -51,7 +54,12 @@ class EngineCore:
             enable_prefix_caching=config.enable_prefix_caching,
             hash_seed=config.prefix_cache_hash_seed,
         )
-        self.scheduler = Scheduler(scheduler_config(config), self.kv_cache)
+        self.loras = None
+        admission = None
+        if config.enable_lora:
+            self.loras = CoreLoRAs(self.runner, self.executor.collective_rpc)
+            admission = LoRAAdmission(config.max_loras, self.loras.is_ready)
+        self.scheduler = Scheduler(scheduler_config(config), self.kv_cache, admission)
         self.async_scheduling = config.async_scheduling
         self._in_flight: tuple[SchedulerOutput, PendingOutput] | None = None
 
@@ -69,10 +77,30 @@ class EngineCore:
     def abort_requests(self, request_ids: list[str]) -> list[EngineCoreOutput]:
         return self.scheduler.abort_requests(request_ids)
 
+    def add_lora(self, adapter: LoRAAdapter) -> None:
+        """Make an adapter (checked by the frontend) available: every rank reads it."""
+        if self.loras is None:
+            raise ValueError("LoRA is not enabled: start the engine with enable_lora=True")
+        self.loras.add(adapter)
+
+    def remove_lora(self, lora_id: int) -> None:
+        """Forget an adapter once its in-flight requests have finished."""
+        if self.loras is not None:
+            self.loras.remove(lora_id)
+            self.loras.settle(self.scheduler.request_ids_of_lora)
+
+    @property
+    def is_loading_loras(self) -> bool:
+        return self.loras is not None and self.loras.loading
+
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests() or self._in_flight is not None
 
     def step(self) -> list[EngineCoreOutput]:
+        failed = self._fail_requests_of_failed_loras()
+        return failed + self._step()
+
+    def _step(self) -> list[EngineCoreOutput]:
         scheduled = self.scheduler.schedule()
         launched = self.executor.execute(scheduled)
         if not self.async_scheduling:
@@ -88,8 +116,24 @@ class EngineCore:
         scheduled, launched = step
         return self.scheduler.update_from_output(scheduled, launched.result())
 
+    def _fail_requests_of_failed_loras(self) -> list[EngineCoreOutput]:
+        if self.loras is None:
+            return []
+        outputs = []
+        for lora_id, error in self.loras.failures().items():
+            for output in self.scheduler.abort_requests(
+                self.scheduler.request_ids_of_lora(lora_id)
+            ):
+                output.error = f"its LoRA adapter failed to load: {error}"
+                outputs.append(output)
+        self.loras.settle(self.scheduler.request_ids_of_lora)
+        return outputs
+
     def stats(self) -> SchedulerStats:
-        return self.scheduler.stats()
+        stats = self.scheduler.stats()
+        if self.loras is not None:
+            stats.lora_states = self.loras.states()
+        return stats
 
     def shutdown(self) -> None:
         """Stop the tensor-parallel workers, if any (idempotent)."""

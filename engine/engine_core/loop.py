@@ -13,22 +13,33 @@ import queue
 from typing import Any, Protocol
 
 from pagoda.engine.engine_core.core import EngineCore
-from pagoda.engine.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest
+from pagoda.engine.messages import (
+    EngineCoreOutput,
+    EngineCoreOutputs,
+    EngineCoreRequest,
+    LoRAAdapter,
+)
 
 logger = logging.getLogger(__name__)
 
 # What the frontend sends the core: (kind, payload).
 ADD = "add"  # payload: list[EngineCoreRequest]
 ABORT = "abort"  # payload: list[str] (core request ids)
+ADD_LORA = "add_lora"  # payload: LoRAAdapter
+REMOVE_LORA = "remove_lora"  # payload: int (the adapter's id)
 SHUTDOWN = "shutdown"  # payload: None
 FAIL = "fail"  # payload: the exception (a tensor-parallel worker died while idle)
 
 CoreMessage = tuple[str, Any]
+# While an adapter is read in the background and nothing else is to do, the loop looks
+# up this often, so its new state reaches the frontend soon after it is ready.
+LOADING_POLL_S = 0.05
 
 
 class CoreTransport(Protocol):
-    def receive(self, block: bool) -> list[CoreMessage]:
-        """Every message waiting; with block, wait for at least one."""
+    def receive(self, timeout: float | None) -> list[CoreMessage]:
+        """Every message waiting; wait up to `timeout` seconds for one (None: until one
+        comes, 0: not at all)."""
         ...
 
     def send(self, outputs: EngineCoreOutputs) -> None: ...
@@ -45,8 +56,13 @@ class QueueTransport:
         self.inbox: queue.SimpleQueue[CoreMessage] = queue.SimpleQueue()
         self.outbox: queue.SimpleQueue[EngineCoreOutputs | BaseException] = queue.SimpleQueue()
 
-    def receive(self, block: bool) -> list[CoreMessage]:
-        messages = [self.inbox.get()] if block else []
+    def receive(self, timeout: float | None) -> list[CoreMessage]:
+        messages = []
+        if timeout != 0:
+            try:
+                messages.append(self.inbox.get(timeout=timeout))
+            except queue.Empty:
+                return messages
         while True:
             try:
                 messages.append(self.inbox.get_nowait())
@@ -75,7 +91,7 @@ class EngineCoreLoop:
         Either way the core's workers are stopped when the loop ends.
         """
         try:
-            while self._apply(self.transport.receive(block=not self._has_work())):
+            while self._apply(self.transport.receive(self._wait_s())):
                 if self.core.has_unfinished_requests():
                     self._emit(self.core.step())
                 elif self._refused or self.core.stats() != self._last_stats:
@@ -83,8 +99,12 @@ class EngineCoreLoop:
         finally:
             self.core.shutdown()
 
-    def _has_work(self) -> bool:
-        return self.core.has_unfinished_requests() or bool(self._refused)
+    def _wait_s(self) -> float | None:
+        """How long to wait for messages: not at all with work to do, a little while an
+        adapter loads, else until one comes."""
+        if self.core.has_unfinished_requests() or self._refused:
+            return 0
+        return LOADING_POLL_S if self.core.is_loading_loras else None
 
     def _apply(self, messages: list[CoreMessage]) -> bool:
         """Apply adds and aborts in order; False on shutdown."""
@@ -98,6 +118,10 @@ class EngineCoreLoop:
                     self._add(request)
             elif kind == ABORT:
                 self.core.abort_requests(payload)
+            elif kind == ADD_LORA:
+                self._add_lora(payload)
+            elif kind == REMOVE_LORA:
+                self.core.remove_lora(payload)
             else:
                 logger.error("ignoring an unknown core message %r", kind)
         return True
@@ -108,6 +132,12 @@ class EngineCoreLoop:
         except ValueError as exc:  # e.g. an id still in use: only this request ends
             logger.warning("refused request %s: %s", request.request_id, exc)
             self._refused.append(EngineCoreOutput(request.request_id, [], finish_reason="abort"))
+
+    def _add_lora(self, adapter: LoRAAdapter) -> None:
+        try:
+            self.core.add_lora(adapter)
+        except ValueError as exc:  # the frontend checks first: only a conflicting id
+            logger.error("refused LoRA adapter %s: %s", adapter.name, exc)
 
     def _emit(self, outputs: list[EngineCoreOutput]) -> None:
         if self._refused:

@@ -23,9 +23,9 @@ import zmq
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.engine_core import serial
 from pagoda.engine.engine_core.errors import EngineDeadError
-from pagoda.engine.engine_core.loop import ABORT, ADD, SHUTDOWN
+from pagoda.engine.engine_core.loop import ABORT, ADD, ADD_LORA, REMOVE_LORA, SHUTDOWN
 from pagoda.engine.engine_core.process import run_core_process
-from pagoda.engine.messages import EngineCoreOutputs, EngineCoreRequest
+from pagoda.engine.messages import EngineCoreOutputs, EngineCoreRequest, LoRAAdapter
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +78,12 @@ class MPCoreClient:
 
     def abort_requests(self, request_ids: list[str]) -> None:
         self._send(serial.encode_message(ABORT, request_ids))
+
+    def add_lora(self, adapter: LoRAAdapter) -> None:
+        self._send(serial.encode_message(ADD_LORA, adapter))
+
+    def remove_lora(self, lora_id: int) -> None:
+        self._send(serial.encode_message(REMOVE_LORA, lora_id))
 
     def get_outputs(self, timeout: float) -> EngineCoreOutputs | None:
         frames = self._receive(timeout)

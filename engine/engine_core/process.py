@@ -30,9 +30,9 @@ class ZmqTransport:
         self.inbound = inbound
         self.outbound = outbound
 
-    def receive(self, block: bool) -> list[CoreMessage]:
-        if block:
-            self.inbound.poll()
+    def receive(self, timeout: float | None) -> list[CoreMessage]:
+        if timeout != 0:
+            self.inbound.poll(None if timeout is None else int(timeout * 1000))
         messages = []
         while True:
             try:

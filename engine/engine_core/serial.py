@@ -9,8 +9,15 @@ from __future__ import annotations
 
 import msgspec
 
-from pagoda.engine.engine_core.loop import ABORT, ADD, SHUTDOWN, CoreMessage
-from pagoda.engine.messages import EngineCoreOutputs, EngineCoreRequest
+from pagoda.engine.engine_core.loop import (
+    ABORT,
+    ADD,
+    ADD_LORA,
+    REMOVE_LORA,
+    SHUTDOWN,
+    CoreMessage,
+)
+from pagoda.engine.messages import EngineCoreOutputs, EngineCoreRequest, LoRAAdapter
 
 # Core → frontend kinds.
 READY = b"ready"  # payload: kv capacity in tokens
@@ -22,6 +29,8 @@ _encoder = msgspec.msgpack.Encoder()
 _inbound = {
     ADD: msgspec.msgpack.Decoder(list[EngineCoreRequest]),
     ABORT: msgspec.msgpack.Decoder(list[str]),
+    ADD_LORA: msgspec.msgpack.Decoder(LoRAAdapter),
+    REMOVE_LORA: msgspec.msgpack.Decoder(int),
 }
 _outputs = msgspec.msgpack.Decoder(EngineCoreOutputs)
 

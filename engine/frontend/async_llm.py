@@ -18,9 +18,10 @@ from collections.abc import AsyncIterator, Sequence
 
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.engine_core.client import EngineCoreClient, make_core_client
-from pagoda.engine.engine_core.errors import EngineDeadError
+from pagoda.engine.engine_core.errors import EngineDeadError, RequestFailedError
 from pagoda.engine.frontend.base import Frontend
-from pagoda.engine.messages import EngineCoreOutputs, SchedulerStats
+from pagoda.engine.lora_request import LoRARequest
+from pagoda.engine.messages import EngineCoreOutputs, LoRAAdapter, SchedulerStats
 from pagoda.engine.outputs import RequestOutput
 from pagoda.engine.processing.input_processor import PreparedRequest, Prompt
 from pagoda.engine.processing.stats import IterationStats, StatLogger
@@ -55,6 +56,12 @@ class AsyncLLM(Frontend):
         self.core_client: EngineCoreClient = make_core_client(config, self._multiprocess)
         return self.core_client
 
+    def _core_add_lora(self, adapter: LoRAAdapter) -> None:
+        self.core_client.add_lora(adapter)
+
+    def _core_remove_lora(self, lora_id: int) -> None:
+        self.core_client.remove_lora(lora_id)
+
     @classmethod
     def from_model(cls, model: str, multiprocess: bool = False, **engine_args) -> AsyncLLM:
         return cls(EngineConfig(model=model, **engine_args).resolve(), multiprocess)
@@ -78,13 +85,17 @@ class AsyncLLM(Frontend):
         request_id: str,
         priority: int = 0,
         cache_salt: str | None = None,
+        lora_request: LoRARequest | None = None,
     ) -> AsyncIterator[RequestOutput]:
-        """Yield the request's outputs until it finishes; cancelling the caller aborts it."""
+        """Yield the request's outputs until it finishes; cancelling the caller aborts it.
+        RequestFailedError if the engine could not serve it (its adapter failed to load)."""
         self._check_alive()
         prepared = (
             prompt
             if isinstance(prompt, PreparedRequest)
-            else self.prepare(prompt, sampling_params, request_id, priority, cache_salt)
+            else self.prepare(
+                prompt, sampling_params, request_id, priority, cache_salt, lora_request
+            )
         )
         stream = self._submit(prepared)
         finished = False
@@ -94,6 +105,8 @@ class AsyncLLM(Frontend):
                 if isinstance(item, BaseException):
                     raise item
                 finished = item.finished
+                if item.error is not None:
+                    raise RequestFailedError(item.error)
                 yield item
         finally:
             if not finished:  # cancelled or closed early: free its blocks now

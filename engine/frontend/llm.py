@@ -7,7 +7,9 @@ import itertools
 from collections.abc import Sequence
 
 from pagoda.engine.config import EngineConfig
+from pagoda.engine.engine_core.errors import RequestFailedError
 from pagoda.engine.frontend.llm_engine import LLMEngine
+from pagoda.engine.lora_request import LoRARequest
 from pagoda.engine.outputs import RequestOutput
 from pagoda.engine.processing.tokenizer import apply_chat_template
 from pagoda.engine.sampling_params import SamplingParams
@@ -40,19 +42,24 @@ class LLM:
         prompts,
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         priority: Sequence[int] | None = None,
+        lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None,
     ) -> list[RequestOutput]:
         """One finished RequestOutput per prompt, in order.
 
         Prompts are strings, token-id lists or {"prompt_token_ids": [...]} dicts, one or a
-        list. Every prompt is checked before any runs: a bad one raises ValueError and
-        nothing is queued.
+        list. `lora_request`: one adapter for every prompt, or a list with one per prompt
+        (None: the base model). Every prompt and adapter is checked before any runs: a bad
+        one raises ValueError (or FileNotFoundError) and nothing is queued.
         """
         prompts = _as_prompt_list(prompts)
         params = _per_prompt(sampling_params, len(prompts), "sampling_params")
         priorities = _per_prompt(priority, len(prompts), "priority", default=0)
+        loras = _loras_per_prompt(lora_request, len(prompts))
         prepared = [
-            self.engine.prepare(prompt, _final_only(p), str(next(self._ids)), priority=prio)
-            for prompt, p, prio in zip(prompts, params, priorities, strict=True)
+            self.engine.prepare(
+                prompt, _final_only(p), str(next(self._ids)), priority=prio, lora_request=lora
+            )
+            for prompt, p, prio, lora in zip(prompts, params, priorities, loras, strict=True)
         ]
         for request in prepared:
             self.engine.submit(request)
@@ -64,6 +71,7 @@ class LLM:
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         chat_template: str | None = None,
         add_generation_prompt: bool = True,
+        lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None,
     ) -> list[RequestOutput]:
         """Generate replies to one conversation or a list of them (the model's template)."""
         conversations = messages if messages and isinstance(messages[0], list) else [messages]
@@ -75,7 +83,7 @@ class LLM:
             }
             for conversation in conversations
         ]
-        return self.generate(prompts, sampling_params)
+        return self.generate(prompts, sampling_params, lora_request=lora_request)
 
     def _run(self, request_ids: list[str]) -> list[RequestOutput]:
         finished: dict[str, RequestOutput] = {}
@@ -84,6 +92,8 @@ class LLM:
                 if not self.engine.has_unfinished_requests():
                     raise RuntimeError("the engine went idle with requests unfinished")
                 for output in self.engine.step():
+                    if output.error is not None:
+                        raise RequestFailedError(output.error)
                     if output.finished:
                         finished[output.request_id] = output
         except BaseException:
@@ -110,6 +120,18 @@ def _as_prompt_list(prompts) -> list:
     if isinstance(prompts, (list, tuple)) and prompts:
         return list(prompts)
     raise ValueError("prompts must be a string, a token-id list, or a non-empty list of those")
+
+
+def _loras_per_prompt(lora_request, count: int) -> list:
+    if lora_request is None or isinstance(lora_request, LoRARequest):
+        return [lora_request] * count
+    if isinstance(lora_request, Sequence) and not isinstance(lora_request, str):
+        if len(lora_request) != count:
+            raise ValueError(f"lora_request has {len(lora_request)} entries for {count} prompts")
+        return list(lora_request)
+    raise ValueError(
+        f"lora_request must be a LoRARequest or a list of them, got {type(lora_request).__name__}"
+    )
 
 
 def _per_prompt(value, count: int, name: str, default=None) -> list:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.engine_core.core import EngineCore
 from pagoda.engine.frontend.base import Frontend
+from pagoda.engine.messages import LoRAAdapter
 from pagoda.engine.outputs import RequestOutput
 from pagoda.engine.processing.input_processor import PreparedRequest, Prompt
 
@@ -18,6 +19,12 @@ class LLMEngine(Frontend):
     def _start_core(self, config: EngineConfig) -> EngineCore:
         self.core = EngineCore(config)
         return self.core
+
+    def _core_add_lora(self, adapter: LoRAAdapter) -> None:
+        self.core.add_lora(adapter)
+
+    def _core_remove_lora(self, lora_id: int) -> None:
+        self.core.remove_lora(lora_id)
 
     def submit(self, prepared: PreparedRequest) -> None:
         self.output_processor.add_prepared(prepared)

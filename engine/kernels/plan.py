@@ -8,7 +8,10 @@ takes the plan when it is built; nothing is switched on modules afterwards. It h
 - whether the fused Triton kernels run: RMSNorm with the residual add, rope with the q/k
   norms and the K/V store, SiLU·mul;
 - per projection, the launch setting of the few-rows Triton product (triton_skinny.py),
-  or none to leave every product to cuBLAS.
+  or none to leave every product to cuBLAS;
+- with LoRA enabled, the adapters' shared context (lora.py): slot count, largest rank,
+  the step's token grouping, and whether the Triton pair or the torch reference adds
+  their products (Triton wherever CUDA graphs may capture it).
 
 The Triton kernels run on CUDA only; everywhere else (CPU, tests) the plan is the
 reference, `KernelPlan.reference()`.
@@ -23,6 +26,7 @@ import torch
 
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.kernels.attention_backends import TorchBackend, TritonBackend
+from pagoda.engine.kernels.lora import LoRAContext, LoRATokens
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,7 @@ class KernelPlan:
     # projection name ("qkv_proj", "o_proj", ...) -> the few-rows product's launch setting
     skinny: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     num_kv_heads: int = 1  # this rank's: the decode kernel's programs per row
+    lora: LoRAContext | None = None  # None: LoRA is off
 
     @classmethod
     def reference(cls) -> KernelPlan:
@@ -46,15 +51,19 @@ class KernelPlan:
         num_heads: int,
         num_kv_heads: int,
         max_decode_rows: int,
+        max_tokens: int,
     ) -> KernelPlan:
         """The plan for a runner on `device` holding `num_heads` / `num_kv_heads` of the
-        model's heads, whose decode steps have at most `max_decode_rows` rows."""
+        model's heads, whose steps have at most `max_decode_rows` decode rows and
+        `max_tokens` tokens."""
+        fused = config.attention_backend == "triton" and device.type == "cuda"
+        lora = _lora_context(config, device, max_tokens, fused)
         if config.attention_backend != "triton":
-            return cls(TorchBackend(), num_kv_heads=num_kv_heads)
+            return cls(TorchBackend(), num_kv_heads=num_kv_heads, lora=lora)
         from pagoda.engine.kernels import triton_decode, triton_skinny
 
-        if device.type != "cuda":  # the Triton interpreter (CPU tests): attention only
-            return cls(TritonBackend(), num_kv_heads=num_kv_heads)
+        if not fused:  # the Triton interpreter (CPU tests): attention only
+            return cls(TritonBackend(), num_kv_heads=num_kv_heads, lora=lora)
         workspace = triton_decode.DecodeWorkspace(  # fixed addresses, for CUDA graphs
             max_decode_rows,
             num_heads,
@@ -62,7 +71,7 @@ class KernelPlan:
             triton_decode.MAX_SPLITS,
             device,
         )
-        return cls(TritonBackend(workspace), True, triton_skinny.SETTINGS, num_kv_heads)
+        return cls(TritonBackend(workspace), True, triton_skinny.SETTINGS, num_kv_heads, lora)
 
     @property
     def uses_triton_attention(self) -> bool:
@@ -81,3 +90,12 @@ class KernelPlan:
         from pagoda.engine.kernels.triton_decode import choose_num_splits
 
         return choose_num_splits(num_rows, self.num_kv_heads)
+
+
+def _lora_context(
+    config: EngineConfig, device: torch.device, max_tokens: int, use_triton: bool
+) -> LoRAContext | None:
+    if not config.enable_lora:
+        return None
+    tokens = LoRATokens.allocate(max_tokens, config.max_loras, device)
+    return LoRAContext(config.max_loras, config.max_lora_rank, tokens, use_triton)

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pagoda.engine.distributed.parallel import SINGLE, Partition, TensorParallel
+from pagoda.engine.layers.lora import LoRAContext, LoRAWeights
 from pagoda.engine.layers.weight_source import TensorSource, copy_part
 
 
@@ -31,12 +32,22 @@ Skinny = Mapping[str, int] | None  # the few-rows product's launch setting, or c
 
 
 def _linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    out = _base_linear(module, x, bias)
+    if module.lora is not None:
+        module.lora(x, out)  # adapter tokens get their slot's product added
+    return out
+
+
+def _base_linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     if module.skinny is not None:
         from pagoda.engine.kernels.triton_skinny import MAX_ROWS, skinny_linear  # CUDA only
 
         if x.shape[0] <= MAX_ROWS:
             return skinny_linear(x, module.weight, bias, **module.skinny)
     return F.linear(x, module.weight, bias)
+
+
+LoRAPiece = tuple[torch.Tensor, torch.Tensor]  # one sub-projection's (A [r, in], B [out, r])
 
 
 class MergedLinear(nn.Module):
@@ -49,9 +60,11 @@ class MergedLinear(nn.Module):
         bias: bool = False,
         partitions: list[Partition] | None = None,
         skinny: Skinny = None,
+        lora: LoRAContext | None = None,
     ) -> None:
         super().__init__()
         self.skinny = skinny
+        self.in_features = in_features
         self.output_sizes = output_sizes  # whole, as in the checkpoint
         self.partitions = partitions or [Partition()] * len(output_sizes)
         self.local_sizes = [
@@ -62,6 +75,9 @@ class MergedLinear(nn.Module):
         for param in (self.weight, self.bias):
             if param is not None:
                 param.weight_loader = self._load
+        self.lora = None
+        if lora is not None:
+            self.lora = LoRAWeights(lora, in_features, sum(self.local_sizes), len(output_sizes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _linear(self, x, self.bias)
@@ -73,6 +89,19 @@ class MergedLinear(nn.Module):
 
     def split(self, out: torch.Tensor) -> list[torch.Tensor]:
         return list(out.split(self.local_sizes, dim=-1))
+
+    def lora_slot(self, pieces: dict[int, LoRAPiece]) -> LoRAPiece:
+        """One slot's (A, B) for this rank, on the host, from whole-tensor pieces of the
+        adapter's sub-projections (B already scaled); sub-projections it lacks stay 0."""
+        a = torch.zeros(self.lora.a.shape[1:], dtype=self.lora.a.dtype)
+        b = torch.zeros(self.lora.b.shape[1:], dtype=self.lora.b.dtype)
+        for shard, (lora_a, lora_b) in pieces.items():
+            ranks = self.lora.slice_ranks(shard)
+            rank = lora_a.shape[0]
+            a[ranks.start : ranks.start + rank] = lora_a  # the input is whole on every rank
+            part = self.partitions[shard].bounds(self.output_sizes[shard])
+            b[self.shard_rows(shard), ranks.start : ranks.start + rank] = lora_b[part]
+        return a, b
 
     def _load(self, param: nn.Parameter, source: TensorSource, name: str, shard: int) -> None:
         full_rows = self.output_sizes[shard]
@@ -91,6 +120,7 @@ class RowParallelLinear(nn.Module):
         bias: bool = False,
         tp: TensorParallel = SINGLE,
         skinny: Skinny = None,
+        lora: LoRAContext | None = None,
     ) -> None:
         super().__init__()
         self.tp = tp
@@ -99,12 +129,26 @@ class RowParallelLinear(nn.Module):
         self.weight = _parameter(out_features, in_features // tp.size)
         self.weight.weight_loader = self._load_weight
         self.bias = _parameter(out_features) if bias else None  # replicated, added once
+        self.lora = None
+        if lora is not None:  # the partial product joins the all-reduce (linear in x)
+            self.lora = LoRAWeights(lora, in_features // tp.size, out_features, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.tp.group is None:
             return _linear(self, x, self.bias)
         out = self.tp.all_reduce(_linear(self, x, None))
         return out if self.bias is None else out + self.bias
+
+    def lora_slot(self, pieces: dict[int, LoRAPiece]) -> LoRAPiece:
+        """One slot's (A, B) for this rank, on the host: this rank's columns of A, the
+        whole B (scaled)."""
+        a = torch.zeros(self.lora.a.shape[1:], dtype=self.lora.a.dtype)
+        b = torch.zeros(self.lora.b.shape[1:], dtype=self.lora.b.dtype)
+        for lora_a, lora_b in pieces.values():
+            rank = lora_a.shape[0]
+            a[:rank] = lora_a[:, self.tp.partition.bounds(self.in_features)]
+            b[:, :rank] = lora_b
+        return a, b
 
     def _load_weight(self, param: nn.Parameter, source: TensorSource, name: str, _shard) -> None:
         full_shape = (param.shape[0], self.in_features)

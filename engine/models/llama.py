@@ -48,9 +48,10 @@ class LlamaAttention(nn.Module):
             bias=config.attention_bias,
             partitions=[tp.partition, kv_partition, kv_partition],
             skinny=plan.skinny_setting("qkv_proj"),
+            lora=plan.lora,
         )
         self.o_proj = RowParallelLinear(
-            q_size, config.hidden_size, tp=tp, skinny=plan.skinny_setting("o_proj")
+            q_size, config.hidden_size, tp=tp, skinny=plan.skinny_setting("o_proj"), lora=plan.lora
         )
         self.q_norm = self.k_norm = None
         if qk_norm:
@@ -76,9 +77,14 @@ class LlamaMLP(nn.Module):
             [size, size],
             partitions=[tp.partition, tp.partition],
             skinny=plan.skinny_setting("gate_up_proj"),
+            lora=plan.lora,
         )
         self.down_proj = RowParallelLinear(
-            size, config.hidden_size, tp=tp, skinny=plan.skinny_setting("down_proj")
+            size,
+            config.hidden_size,
+            tp=tp,
+            skinny=plan.skinny_setting("down_proj"),
+            lora=plan.lora,
         )
         self.fused = plan.fused  # one Triton kernel for SiLU(gate) * up
 

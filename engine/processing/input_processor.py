@@ -48,6 +48,7 @@ class InputProcessor:
         request_id: str,
         priority: int = 0,
         cache_salt: str | None = None,
+        lora_id: int | None = None,
     ) -> PreparedRequest:
         """Tokenize and check a request; raises ValueError without touching any state."""
         params = params or SamplingParams()
@@ -56,7 +57,7 @@ class InputProcessor:
         processed = self.process_prompt(prompt)
         arrival_time = time.monotonic()
         core_requests = self.make_requests(
-            request_id, processed, params, priority, cache_salt, arrival_time
+            request_id, processed, params, priority, cache_salt, arrival_time, lora_id
         )
         self._check_fits(core_requests[0])
         return PreparedRequest(request_id, processed, params, core_requests, arrival_time)
@@ -110,6 +111,7 @@ class InputProcessor:
         priority: int = 0,
         cache_salt: str | None = None,
         arrival_time: float = 0.0,
+        lora_id: int | None = None,
     ) -> list[EngineCoreRequest]:
         """One core request per sample (n of them), sharing the prompt's KV blocks."""
         if not isinstance(request_id, str) or not request_id:
@@ -131,6 +133,7 @@ class InputProcessor:
                 max_total_tokens=max_total,
                 arrival_time=arrival_time,
                 priority=priority,
+                lora_id=lora_id,
                 cache_salt=cache_salt,
                 share_group=request_id if params.n > 1 else None,
             )

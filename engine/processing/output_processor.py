@@ -41,6 +41,7 @@ class _Request:
     child_ids: list[str]
     metrics: RequestMetrics
     num_cached_tokens: int = 0
+    error: str | None = None  # why the core failed it
 
     @property
     def finished(self) -> bool:
@@ -137,6 +138,7 @@ class OutputProcessor:
                 continue  # aborted or already finished by a stop string
             request, sample = entry
             request.num_cached_tokens = core_output.num_cached_tokens
+            request.error = core_output.error or request.error
             if core_output.new_token_ids and request.metrics.first_token_time is None:
                 request.metrics.first_token_time = now
             self._record_tokens(request, sample, core_output, now)
@@ -217,6 +219,7 @@ class OutputProcessor:
             finished=finished,
             num_cached_tokens=request.num_cached_tokens,
             metrics=request.metrics,
+            error=request.error,
         )
 
     def _completion(self, request: _Request, sample: _Sample, delta: bool) -> CompletionOutput:

@@ -33,6 +33,7 @@ class PaddedShape:
     tokens: int  # query tokens the forward computes
     rows: int  # sequences (the attention kernels' grid)
     decode: bool  # one token per row: the split-K decode kernel
+    lora: bool = False  # the LoRA kernels run (some token uses an adapter)
 
 
 @dataclass

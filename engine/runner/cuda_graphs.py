@@ -23,6 +23,7 @@ order (the executor calls them together) and replays the same shape each step.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from pagoda.engine.kernels.lora import LoRATokens
 from pagoda.engine.runner.buffers import InputBuffers, ModelInputs, PaddedShape
 from pagoda.engine.runner.input_batch import HostBatch
 
@@ -55,7 +57,9 @@ class StepGraphs:
 
     decode_forward(inputs) -> logits of every row, ragged_forward(inputs) -> hidden states
     of every token: the two forwards the graphs capture. decode_splits(rows): the split-K
-    ranges a decode step of that many rows uses (the kernel plan's choice).
+    ranges a decode step of that many rows uses (the kernel plan's choice). With LoRA on
+    (`lora_tokens`), every shape is captured twice: with the LoRA kernels, which read the
+    step's grouping from `lora_tokens`, and without, for steps of base-model rows only.
     """
 
     def __init__(
@@ -64,8 +68,10 @@ class StepGraphs:
         decode_forward: Callable[[ModelInputs], torch.Tensor],
         ragged_forward: Callable[[ModelInputs], torch.Tensor],
         decode_splits: Callable[[int], int],
+        lora_tokens: LoRATokens | None = None,
     ) -> None:
         self.buffers = buffers
+        self.lora_tokens = lora_tokens
         self.max_rows = buffers.max_rows
         self._forwards = {True: decode_forward, False: ragged_forward}
         self._decode_splits = decode_splits
@@ -86,6 +92,12 @@ class StepGraphs:
 
     def bucket(self, batch: HostBatch) -> PaddedShape | None:
         """The captured shape this batch replays in, or None to run eagerly."""
+        shape = self._bucket(batch)
+        if shape is None or self.lora_tokens is None or not self.lora_tokens.active:
+            return shape
+        return dataclasses.replace(shape, lora=True)
+
+    def _bucket(self, batch: HostBatch) -> PaddedShape | None:
         if batch.decode_only:
             sizes = self.decode_sizes
             if not sizes or batch.num_seqs > sizes[-1]:
@@ -107,10 +119,14 @@ class StepGraphs:
         started = time.perf_counter()
         shapes = [self.decode_shape(s) for s in decode_sizes]
         shapes += [self.ragged_shape(s) for s in ragged_sizes]
+        if self.lora_tokens is not None:
+            shapes += [dataclasses.replace(s, lora=True) for s in shapes]
         for shape in sorted(shapes, key=lambda s: s.tokens, reverse=True):
             inputs = self.buffers.load(
                 _padding_batch(), pad_to=shape, num_splits=self.num_splits(shape)
             )
+            if self.lora_tokens is not None:  # no token uses a slot: the kernels return
+                self.lora_tokens.active = shape.lora
             self._capture_one(shape, inputs)
         self.decode_sizes, self.ragged_sizes = sorted(decode_sizes), sorted(ragged_sizes)
         logger.info(

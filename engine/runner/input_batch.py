@@ -10,7 +10,7 @@ in on the device.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -30,6 +30,7 @@ class RequestState:
     generator: torch.Generator | None
     num_computed_tokens: int = 0
     num_pending: int = 0  # sampled by launched steps, not in token_ids yet
+    lora_id: int | None = None
 
     @property
     def num_output_tokens(self) -> int:
@@ -56,6 +57,7 @@ def apply_scheduled(
             params=params,
             generator=None if params.seed is None else seeded(params.seed),
             num_computed_tokens=new.num_computed_tokens,
+            lora_id=new.lora_id,
         )
     for cached in scheduled.cached_requests:
         state = states[cached.request_id]
@@ -91,6 +93,7 @@ class HostBatch:
     # (index in input_ids, request) for tokens still on the device: each one is the
     # request's newest token, sampled by the step before this one.
     tokens_on_device: list[tuple[int, RequestState]]
+    lora_ids: list[int | None] = field(default_factory=list)  # each row's adapter
 
     @property
     def num_tokens(self) -> int:
@@ -147,6 +150,7 @@ def build_host_batch(
         logits_indices=(query_start_loc[1:] - 1)[samples].astype(np.int64),
         sampling_states=[request_states[i] for i in samples],
         tokens_on_device=tokens_on_device,
+        lora_ids=[s.lora_id for s in request_states],
     )
 
 

@@ -34,7 +34,7 @@ from pagoda.engine.layers.sampler import Sampler
 from pagoda.engine.layers.weight_source import TensorSource
 from pagoda.engine.loader.model import build_model, checkpoint_tensors
 from pagoda.engine.loader.weights import load_named_tensors
-from pagoda.engine.messages import SchedulerOutput
+from pagoda.engine.messages import LoRAAdapter, SchedulerOutput
 from pagoda.engine.runner import kv_cache
 from pagoda.engine.runner.buffers import InputBuffers, ModelInputs, PaddedShape
 from pagoda.engine.runner.cuda_graphs import StepGraphs, graph_sizes, ragged_graph_sizes
@@ -46,6 +46,7 @@ from pagoda.engine.runner.input_batch import (
     build_sampling_batch,
     needs_token_history,
 )
+from pagoda.engine.runner.lora_manager import LoRAManager
 from pagoda.engine.runner.pending_output import PendingOutput, SampledStep
 from pagoda.engine.runner.step_profile import StepProfile
 
@@ -62,8 +63,9 @@ class ModelRunner:
         self.num_kv_heads = num_kv_heads_per_rank(self.model_config.num_kv_heads, tp.size)
         # Rows a step may have: the batch limit, or the largest decode graph it pads to.
         self.max_rows = max(config.max_num_seqs, graph_sizes(config.max_num_seqs)[-1])
+        self.max_tokens = max(config.max_num_batched_tokens, self.max_rows)
         self.plan = KernelPlan.choose(
-            config, self.device, self.num_heads, self.num_kv_heads, self.max_rows
+            config, self.device, self.num_heads, self.num_kv_heads, self.max_rows, self.max_tokens
         )
         self.requests: dict[str, RequestState] = {}
         self._last_sampled: SampledStep | None = None  # its tokens feed the next step
@@ -73,6 +75,9 @@ class ModelRunner:
         if tensors is not None:
             self.load_weights(tensors)
         self.sampler = Sampler(torch.Generator(device=self.device).manual_seed(config.seed))
+        self.lora = (
+            None if self.plan.lora is None else LoRAManager(self.model, self.plan.lora, config)
+        )
         self.kv_caches: list[torch.Tensor] = []
         self.buffers: InputBuffers | None = None
         self.graphs: StepGraphs | None = None
@@ -91,6 +96,12 @@ class ModelRunner:
             self.tp.size,
             time.perf_counter() - started,
         )
+
+    def add_lora(self, adapter: LoRAAdapter) -> None:
+        self.lora.add(adapter)
+
+    def remove_lora(self, lora_id: int) -> None:
+        self.lora.remove(lora_id)
 
     def num_parameter_bytes(self) -> int:
         """Bytes of this rank's weights (about 1/N of the model's under tensor parallelism)."""
@@ -115,7 +126,7 @@ class ModelRunner:
         self.kv_caches = kv_cache.allocate_kv_caches(self.config, num_blocks + 1, self.device)
         kv_cache.bind_kv_caches(self.model, self.kv_caches)
         self.buffers = InputBuffers(
-            max_tokens=max(self.config.max_num_batched_tokens, self.max_rows),
+            max_tokens=self.max_tokens,
             max_seqs=self.max_rows,
             max_blocks_per_seq=-(-self.config.max_model_len // self.config.block_size),
             scratch_block=num_blocks,
@@ -136,8 +147,13 @@ class ModelRunner:
             return
         if not self.plan.uses_triton_attention:
             return
+        lora_tokens = None if self.plan.lora is None else self.plan.lora.tokens
         self.graphs = StepGraphs(
-            self.buffers, self.forward_logits, self.forward_hidden, self.plan.num_splits
+            self.buffers,
+            self.forward_logits,
+            self.forward_hidden,
+            self.plan.num_splits,
+            lora_tokens,
         )
         self.graphs.capture(
             graph_sizes(config.max_num_seqs),
@@ -202,6 +218,9 @@ class ModelRunner:
                 self.model_config.eos_token_ids,
                 self.device,
             )
+        if self.lora is not None:
+            held = {s.lora_id for s in self.requests.values() if s.lora_id is not None}
+            self.lora.prepare(batch, held)
         shape = self.graphs.bucket(batch) if self.graphs is not None else None
         logits = self._run_model(batch, need_logits, shape)
         for request_id, num_tokens in scheduled.num_scheduled_tokens.items():

@@ -47,6 +47,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "config",
         "engine_flags",
+        "lora_request",
         "messages",
         "model_config",
         "outputs",

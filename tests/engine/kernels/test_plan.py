@@ -19,7 +19,7 @@ def _config(llama_dir, **settings) -> EngineConfig:
 
 
 def _choose(config: EngineConfig, device: str) -> KernelPlan:
-    return KernelPlan.choose(config, torch.device(device), 4, 2, 16)
+    return KernelPlan.choose(config, torch.device(device), 4, 2, 16, 64)
 
 
 def test_the_reference_plan_runs_everything_in_torch(llama_dir):

@@ -1,0 +1,84 @@
+"""The engine core's adapters: what the frontend added, what every rank holds, and when
+one can go.
+
+Adding an adapter tells every rank to read it (in the background). The scheduler asks
+`is_ready` before it lets an adapter's first request run; an adapter whose host copy was
+dropped (least recently used, past `max_cpu_loras`) is then added again on every rank.
+Removing one waits until none of its requests is left (in-flight requests finish on it),
+then every rank forgets it. An adapter that fails to read on rank 0 fails its requests
+with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from pagoda.engine.messages import LoRAAdapter, LoRAState
+
+logger = logging.getLogger(__name__)
+
+CollectiveRpc = Callable[..., list[Any]]
+
+
+class CoreLoRAs:
+    def __init__(self, runner, collective_rpc: CollectiveRpc) -> None:
+        self.manager = runner.lora  # rank 0's LoRAManager: the state every rank shares
+        self._rpc = collective_rpc
+        self.adapters: dict[int, LoRAAdapter] = {}
+        self._removing: set[int] = set()
+
+    def add(self, adapter: LoRAAdapter) -> None:
+        known = self.adapters.get(adapter.lora_id)
+        if known is not None and known.path != adapter.path:
+            raise ValueError(
+                f"LoRA adapter id {adapter.lora_id} is {known.name} ({known.path}) already"
+            )
+        self._removing.discard(adapter.lora_id)
+        self.adapters[adapter.lora_id] = adapter
+        self._rpc("add_lora", adapter)
+
+    def remove(self, lora_id: int) -> None:
+        if lora_id in self.adapters:
+            self._removing.add(lora_id)
+
+    def is_ready(self, lora_id: int) -> bool:
+        if lora_id not in self.adapters or lora_id in self._removing:
+            return False
+        if self.manager.is_ready(lora_id):
+            return True
+        state, _, _ = self.manager.states().get(lora_id, ("unloaded", None, None))
+        if state == "unloaded":  # its host copy was dropped: every rank reads it again
+            self._rpc("add_lora", self.adapters[lora_id])
+        return False
+
+    def failures(self) -> dict[int, str]:
+        """Adapters whose read failed, with the reason (each reported once)."""
+        failed = {}
+        for lora_id in list(self.adapters):
+            error = self.manager.failure(lora_id)
+            if error is not None:
+                failed[lora_id] = error
+        return failed
+
+    def settle(self, request_ids_of: Callable[[int], list[str]]) -> None:
+        """Forget, on every rank, removed adapters none of whose requests is left."""
+        for lora_id in list(self._removing):
+            if not request_ids_of(lora_id):
+                self._removing.discard(lora_id)
+                self.adapters.pop(lora_id, None)
+                self._rpc("remove_lora", lora_id)
+                logger.info("LoRA adapter %d unloaded", lora_id)
+
+    def states(self) -> tuple[LoRAState, ...]:
+        return tuple(
+            LoRAState(lora_id, state, loaded_at, error)
+            for lora_id, (state, loaded_at, error) in sorted(self.manager.states().items())
+            if lora_id in self.adapters
+        )
+
+    @property
+    def loading(self) -> bool:
+        """Whether a read is under way (the core loop must look again soon)."""
+        return any(s.state == "loading" for s in self.states())

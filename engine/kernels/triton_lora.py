@@ -1,0 +1,206 @@
+"""Triton batched LoRA (the Punica / S-LoRA "segmented gather" pair): shrink, then expand.
+
+Tokens arrive grouped by adapter slot (lora.LoRATokens). Each program serves one block of
+one slot's tokens: it gathers their rows of x, multiplies them by that slot's A (shrink,
+K -> S*R) or their shrunk rows by that slot's B (expand, S*R -> N, added to the base
+output in place). The grid covers every slot and as many token blocks as the whole step
+has, so it depends only on the step's token count: a CUDA graph captures it once and
+replays it over whatever grouping the buffers hold; programs past their slot's tokens
+return at once, and base-model tokens are in no slot. Each token is in at most one slot,
+so no two programs write the same output element.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import triton
+import triton.language as tl
+
+if TYPE_CHECKING:
+    from pagoda.engine.kernels.lora import LoRATokens
+
+BLOCK_M = 16  # tokens per program (the smallest tensor-core tile)
+
+
+@triton.jit
+def _shrink_kernel(
+    x_ptr,  # [T, K]
+    a_ptr,  # [slots, RS, K]
+    out_ptr,  # [T, RS]
+    sorted_ptr,
+    starts_ptr,
+    counts_ptr,
+    K,
+    RS,
+    stride_x,
+    stride_a_slot,
+    stride_a_row,
+    stride_out,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    IEEE_FP32: tl.constexpr,
+):
+    slot = tl.program_id(2)
+    count = tl.load(counts_ptr + slot)
+    first = tl.program_id(0) * BLOCK_M
+    if first >= count:
+        return
+    offs_m = first + tl.arange(0, BLOCK_M)
+    m_mask = offs_m < count
+    rows = tl.load(sorted_ptr + tl.load(starts_ptr + slot) + offs_m, mask=m_mask, other=0)
+    rows = rows.to(tl.int64)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < RS
+    a_base = a_ptr + slot.to(tl.int64) * stride_a_slot
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k_start in range(0, K, BLOCK_K):
+        offs_k = k_start + tl.arange(0, BLOCK_K)
+        k_mask = offs_k < K
+        x = tl.load(
+            x_ptr + rows[:, None] * stride_x + offs_k[None, :],
+            mask=m_mask[:, None] & k_mask[None, :],
+            other=0.0,
+        )
+        a = tl.load(
+            a_base + offs_n[:, None] * stride_a_row + offs_k[None, :],
+            mask=n_mask[:, None] & k_mask[None, :],
+            other=0.0,
+        )
+        if IEEE_FP32:
+            acc += tl.dot(x, tl.trans(a), input_precision="ieee")
+        else:
+            acc += tl.dot(x, tl.trans(a))
+    tl.store(
+        out_ptr + rows[:, None] * stride_out + offs_n[None, :],
+        acc.to(out_ptr.dtype.element_ty),
+        mask=m_mask[:, None] & n_mask[None, :],
+    )
+
+
+@triton.jit
+def _expand_kernel(
+    s_ptr,  # [T, RS]: the shrunk rows
+    b_ptr,  # [slots, N, RS]
+    y_ptr,  # [T, N], added to in place
+    sorted_ptr,
+    starts_ptr,
+    counts_ptr,
+    N,
+    RS,
+    stride_s,
+    stride_b_slot,
+    stride_b_row,
+    stride_y,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    IEEE_FP32: tl.constexpr,
+):
+    slot = tl.program_id(2)
+    count = tl.load(counts_ptr + slot)
+    first = tl.program_id(0) * BLOCK_M
+    if first >= count:
+        return
+    offs_m = first + tl.arange(0, BLOCK_M)
+    m_mask = offs_m < count
+    rows = tl.load(sorted_ptr + tl.load(starts_ptr + slot) + offs_m, mask=m_mask, other=0)
+    rows = rows.to(tl.int64)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    b_base = b_ptr + slot.to(tl.int64) * stride_b_slot
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for r_start in range(0, RS, BLOCK_R):
+        offs_r = r_start + tl.arange(0, BLOCK_R)
+        r_mask = offs_r < RS
+        s = tl.load(
+            s_ptr + rows[:, None] * stride_s + offs_r[None, :],
+            mask=m_mask[:, None] & r_mask[None, :],
+            other=0.0,
+        )
+        b = tl.load(
+            b_base + offs_n[:, None] * stride_b_row + offs_r[None, :],
+            mask=n_mask[:, None] & r_mask[None, :],
+            other=0.0,
+        )
+        if IEEE_FP32:
+            acc += tl.dot(s, tl.trans(b), input_precision="ieee")
+        else:
+            acc += tl.dot(s, tl.trans(b))
+    y_ptrs = y_ptr + rows[:, None] * stride_y + offs_n[None, :]
+    mask = m_mask[:, None] & n_mask[None, :]
+    y = tl.load(y_ptrs, mask=mask, other=0.0)
+    tl.store(y_ptrs, (y.to(tl.float32) + acc).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def _block(size: int, cap: int) -> int:
+    return max(16, min(cap, triton.next_power_of_2(size)))
+
+
+def lora_shrink(x: torch.Tensor, a: torch.Tensor, tokens: LoRATokens) -> torch.Tensor:
+    """[T, K] -> [T, S*R]: each adapter token's row times its slot's A (other rows are
+    left unwritten: nothing reads them)."""
+    num_tokens, fan_in = x.shape
+    num_slots, rs, _ = a.shape
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    out = torch.empty(num_tokens, rs, dtype=x.dtype, device=x.device)
+    block_n = _block(rs, 64)
+    block_k = 32 if x.element_size() == 4 else 64
+    grid = (triton.cdiv(num_tokens, BLOCK_M), triton.cdiv(rs, block_n), num_slots)
+    _shrink_kernel[grid](
+        x,
+        a,
+        out,
+        tokens.sorted_tokens,
+        tokens.starts,
+        tokens.counts,
+        fan_in,
+        rs,
+        x.stride(0),
+        a.stride(0),
+        a.stride(1),
+        out.stride(0),
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        IEEE_FP32=x.dtype == torch.float32,
+    )
+    return out
+
+
+def lora_expand(s: torch.Tensor, b: torch.Tensor, y: torch.Tensor, tokens: LoRATokens) -> None:
+    """y[t] += s[t] @ b[slot].T for each adapter token t, in place."""
+    num_tokens, fan_out = y.shape
+    num_slots, _, rs = b.shape
+    if y.stride(1) != 1:
+        raise ValueError("lora_expand adds into an output with unit column stride")
+    block_n = 64 if y.element_size() == 4 else 128
+    grid = (triton.cdiv(num_tokens, BLOCK_M), triton.cdiv(fan_out, block_n), num_slots)
+    _expand_kernel[grid](
+        s,
+        b,
+        y,
+        tokens.sorted_tokens,
+        tokens.starts,
+        tokens.counts,
+        fan_out,
+        rs,
+        s.stride(0),
+        b.stride(0),
+        b.stride(1),
+        y.stride(0),
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=block_n,
+        BLOCK_R=_block(rs, 64),
+        IEEE_FP32=y.dtype == torch.float32,
+    )
+
+
+def add_lora(
+    x: torch.Tensor, y: torch.Tensor, a: torch.Tensor, b: torch.Tensor, tokens: LoRATokens
+) -> None:
+    """The Triton twin of lora.add_lora: y += (x @ a[slot].T) @ b[slot].T per token."""
+    lora_expand(lora_shrink(x, a, tokens), b, y, tokens)

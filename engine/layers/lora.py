@@ -1,0 +1,49 @@
+"""LoRA on the linear layers: every GPU slot's adapter weights, and adding their product.
+
+A LoRA-adapted projection holds `LoRAWeights`: the A and B stacks of every slot, in the
+layout kernels/lora.py describes (zero until an adapter is copied into the slot). The
+kernel plan's `LoRAContext` is shared by all of them: the runner fills its token grouping
+each step, and the projection adds (x @ A.T) @ B.T to its base output for those tokens,
+with the torch reference or the Triton pair the context names.
+
+Tensor-parallel like the layer adapted: a column-parallel projection keeps the whole A
+(its input is whole) and its rows of B; a row-parallel one keeps its columns of A and the
+whole B, and adds its partial product before the layer's all-reduce, which then sums the
+ranks' parts.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from pagoda.engine.kernels.lora import LoRAContext
+
+
+class LoRAWeights(nn.Module):
+    """The slots' A and B stacks of one projection of `num_slices` sub-projections."""
+
+    def __init__(
+        self, context: LoRAContext, in_features: int, out_features: int, num_slices: int
+    ) -> None:
+        super().__init__()
+        self.context = context
+        self.num_slices = num_slices
+        ranks = num_slices * context.max_rank
+        shape_a = (context.num_slots, ranks, in_features)
+        shape_b = (context.num_slots, out_features, ranks)
+        # buffers, not parameters: the checkpoint loader never sees them
+        self.register_buffer("a", torch.zeros(shape_a), persistent=False)
+        self.register_buffer("b", torch.zeros(shape_b), persistent=False)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        self.context.add(x, y, self.a, self.b)
+        return y
+
+    def slice_ranks(self, index: int) -> slice:
+        """The rows of A (columns of B) that sub-projection `index` owns."""
+        rank = self.context.max_rank
+        return slice(index * rank, (index + 1) * rank)
+
+    def bytes_per_slot(self) -> int:
+        return (self.a[0].numel() + self.b[0].numel()) * self.a.element_size()
