@@ -85,3 +85,96 @@ def _hf_greedy(model_dir: Path, prompts: list[str], max_new_tokens: int):
             )
             continuations.append(out[0, ids.shape[1] :].tolist())
     return prompts, continuations
+
+
+# LoRA adapters made by peft itself on the tiny models, random but non-zero B
+# (init_lora_weights=False), each of another shape: ranks, targets, alpha, rsLoRA, and
+# per-module rank/alpha patterns.
+ALL_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+ADAPTER_CONFIGS = [
+    {"r": 8, "lora_alpha": 16, "target_modules": ALL_TARGETS},
+    {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]},
+    {"r": 16, "lora_alpha": 16, "target_modules": ALL_TARGETS, "use_rslora": True},
+    {"r": 2, "lora_alpha": 7, "target_modules": ["o_proj", "down_proj"]},
+    {
+        "r": 8,
+        "lora_alpha": 8,
+        "target_modules": ALL_TARGETS,
+        "rank_pattern": {"k_proj": 4, "down_proj": 16},
+        "alpha_pattern": {"up_proj": 32},
+    },
+    {"r": 12, "lora_alpha": 6, "target_modules": ["gate_proj", "up_proj", "k_proj"]},
+]
+
+
+def make_peft_adapter(base_dir: Path, out_dir: Path, seed: int, **config) -> Path:
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    peft_model = get_peft_model(model, LoraConfig(init_lora_weights=False, **config))
+    peft_model.save_pretrained(out_dir)
+    return out_dir
+
+
+@pytest.fixture(scope="session")
+def peft_adapters(tiny_model_dir, tmp_path_factory):
+    """peft_adapters(arch) -> the folders of the ADAPTER_CONFIGS adapters for it."""
+    made: dict[str, list[Path]] = {}
+
+    def get(arch: str = "llama") -> list[Path]:
+        if arch not in made:
+            root = tmp_path_factory.mktemp(f"adapters-{arch}")
+            made[arch] = [
+                make_peft_adapter(tiny_model_dir(arch), root / f"a{i}", seed=100 + i, **config)
+                for i, config in enumerate(ADAPTER_CONFIGS)
+            ]
+        return made[arch]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def peft_reference(tiny_model_dir, peft_adapters):
+    """peft_reference(arch) -> (prompts, adapter index per prompt or None, greedy tokens
+    of PeftModel.generate for each): a mix of the base model and every adapter."""
+    cache: dict[str, tuple] = {}
+
+    def get(arch: str, max_new_tokens: int = 12):
+        if arch not in cache:
+            prompts = parity_prompts(24)
+            which = [None if i % 4 == 3 else i % len(ADAPTER_CONFIGS) for i in range(24)]
+            expected = _peft_greedy(
+                tiny_model_dir(arch), peft_adapters(arch), prompts, which, max_new_tokens
+            )
+            cache[arch] = (prompts, which, expected)
+        return cache[arch]
+
+    return get
+
+
+def _peft_greedy(model_dir, adapters, prompts, which, max_new_tokens) -> list[list[int]]:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    def base_model():
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        # As the engine's ignore_eos: EOS may be picked, generation just does not stop there.
+        model.generation_config.eos_token_id = None
+        return model
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    models = {None: base_model()}
+    for index, path in enumerate(adapters):
+        models[index] = PeftModel.from_pretrained(base_model(), path)
+    out = []
+    with torch.inference_mode():
+        for prompt, index in zip(prompts, which, strict=True):
+            model = models[index].eval()
+            ids = tokenizer(prompt, return_tensors="pt").input_ids
+            generated = model.generate(
+                input_ids=ids, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0
+            )
+            out.append(generated[0, ids.shape[1] :].tolist())
+    return out

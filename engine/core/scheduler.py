@@ -162,26 +162,39 @@ class Scheduler:
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
         passed_over: list[Request] = []  # their adapter cannot run yet: they keep their turn
-        while len(self.waiting) and budget > 0 and len(self.running) < self.config.max_num_seqs:
-            request = self.waiting.peek()
-            if request.num_output_placeholders:
-                break  # preempted with a token in flight: it resumes once the token is in
-            if not self.loras.can_admit(request.lora_id):
-                passed_over.append(self.waiting.pop())
-                continue
-            computed_blocks, num_hit = self.kv_cache.get_computed_blocks(request)
-            num_new = request.num_tokens - num_hit
-            if num_new > budget and not self.config.enable_chunked_prefill:
-                break
-            num_new = min(num_new, budget)
-            if not self.kv_cache.allocate_slots(request, num_new, computed_blocks):
-                break
-            self.waiting.pop()
-            self.kv_cache.record_prefix_query(request.num_tokens, num_hit)
-            self._admit(out, request, num_hit, num_new)
-            budget -= num_new
-        for request in reversed(passed_over):
-            self.waiting.put_back(request)
+        self.loras.begin_pass()
+        try:
+            while len(self.waiting) and budget > 0:
+                if len(self.running) >= self.config.max_num_seqs:
+                    break
+                request = self.waiting.peek()
+                if request.num_output_placeholders:
+                    break  # preempted with a token in flight: it resumes once the token is in
+                if not self.loras.can_admit(request.lora_id):
+                    passed_over.append(self.waiting.pop())
+                    continue
+                num_new = self._try_admit(out, request, budget)
+                if num_new is None:
+                    break
+                budget -= num_new
+        finally:
+            for request in reversed(passed_over):
+                self.waiting.put_back(request)
+
+    def _try_admit(self, out: SchedulerOutput, request: Request, budget: int) -> int | None:
+        """Admit the head of the queue with as many tokens as the budget and the blocks
+        allow; the tokens it takes, or None when it cannot start this step."""
+        computed_blocks, num_hit = self.kv_cache.get_computed_blocks(request)
+        num_new = request.num_tokens - num_hit
+        if num_new > budget and not self.config.enable_chunked_prefill:
+            return None
+        num_new = min(num_new, budget)
+        if not self.kv_cache.allocate_slots(request, num_new, computed_blocks):
+            return None
+        self.waiting.pop()
+        self.kv_cache.record_prefix_query(request.num_tokens, num_hit)
+        self._admit(out, request, num_hit, num_new)
+        return num_new
 
     def _admit(self, out: SchedulerOutput, request: Request, num_hit: int, num_new: int) -> None:
         request.status = RequestStatus.RUNNING

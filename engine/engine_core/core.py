@@ -124,7 +124,8 @@ class EngineCore:
             for output in self.scheduler.abort_requests(
                 self.scheduler.request_ids_of_lora(lora_id)
             ):
-                output.error = f"its LoRA adapter failed to load: {error}"
+                name = self.loras.adapters[lora_id].name
+                output.error = f"LoRA adapter {name!r} failed to load: {error}"
                 outputs.append(output)
         self.loras.settle(self.scheduler.request_ids_of_lora)
         return outputs

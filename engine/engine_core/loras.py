@@ -1,9 +1,10 @@
 """The engine core's adapters: what the frontend added, what every rank holds, and when
 one can go.
 
-Adding an adapter tells every rank to read it (in the background). The scheduler asks
-`is_ready` before it lets an adapter's first request run; an adapter whose host copy was
-dropped (least recently used, past `max_cpu_loras`) is then added again on every rank.
+Adding an adapter tells every rank about it (each reads it in the background while its
+host memory has room). The scheduler asks `is_ready` before it lets an adapter's first
+request run; one with no copy in memory (past `max_cpu_loras`) is then loaded on every
+rank.
 Removing one waits until none of its requests is left (in-flight requests finish on it),
 then every rank forgets it. An adapter that fails to read on rank 0 fails its requests
 with the reason.
@@ -48,9 +49,9 @@ class CoreLoRAs:
             return False
         if self.manager.is_ready(lora_id):
             return True
-        state, _, _ = self.manager.states().get(lora_id, ("unloaded", None, None))
-        if state == "unloaded":  # its host copy was dropped: every rank reads it again
-            self._rpc("add_lora", self.adapters[lora_id])
+        state, _, _ = self.manager.states()[lora_id]
+        if state == "disk":  # no copy in memory: every rank reads it now
+            self._rpc("load_lora", lora_id)
         return False
 
     def failures(self) -> dict[int, str]:

@@ -241,6 +241,8 @@ def _check_module(module: str, model: ModelConfig, weights: Path) -> str:
     match = _MODULE.match(module)
     targets = ATTENTION_TARGETS if match and match["block"] == "self_attn" else MLP_TARGETS
     if match is None or match["target"] not in targets:
+        if "lm_head" in module or "embed_tokens" in module:
+            raise ValueError(f"{weights}: {module}: {_what(module)}")
         raise ValueError(
             f"{weights}: LoRA on {module} is not supported: only the q/k/v/o and "
             "gate/up/down projections of the decoder layers"

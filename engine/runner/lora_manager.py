@@ -1,10 +1,11 @@
 """One runner's LoRA adapters: host copies, GPU slots, and each step's token grouping.
 
-- Host copies: an adapter the engine core adds is read in a background thread (its file
-  read, B scaled, laid out in this rank's slot shapes, pinned), so reading never holds up
-  a step. At most `max_cpu_loras` are kept: adding one past that drops the least
-  recently used copy outside the GPU slots (the engine core adds it again, to every rank,
-  when a request wants it back).
+- Host copies: an adapter is read in a background thread (its file read, B scaled, laid
+  out in this rank's slot shapes, pinned), so reading never holds up a step. One the
+  engine core adds is read at once while fewer than `max_cpu_loras` copies are held or
+  being read; otherwise it waits on disk until a request wants it (the core then asks
+  every rank to `load` it), and loading one past the limit first drops the least
+  recently used copy outside the GPU slots.
 - GPU slots: `max_loras` of them. A step's adapters are copied into slots as needed
   (asynchronously, ordered on the stream after the steps already launched), taking a
   free slot, else the least recently used slot of an adapter no request of this runner
@@ -75,15 +76,22 @@ class LoRAManager:
     # -- adapters in and out (engine core calls, in the same order on every rank) -------
 
     def add(self, spec: LoRAAdapter) -> None:
-        """Start reading an adapter's host copy in the background (a no-op when held)."""
-        adapter = self.adapters.get(spec.lora_id)
-        if adapter is None:
-            adapter = self.adapters[spec.lora_id] = _Adapter(spec)
+        """Know an adapter; read its host copy now if that needs no other copy dropped."""
+        if spec.lora_id not in self.adapters:
+            self.adapters[spec.lora_id] = _Adapter(spec)
+        if self._num_held() < self.config.max_cpu_loras:
+            self.load(spec.lora_id)
+
+    def load(self, lora_id: int) -> None:
+        """Start reading an adapter's host copy in the background, dropping the least
+        recently used copy outside the GPU slots if the limit needs it (a no-op when the
+        copy is held or being read)."""
+        adapter = self.adapters[lora_id]
         self._collect(adapter)
-        if adapter.load is None and spec.lora_id not in self.host:
+        if adapter.load is None and lora_id not in self.host:
             self._make_host_room()
             adapter.error = None
-            adapter.load = self._loader.submit(self._read, spec)
+            adapter.load = self._loader.submit(self._read, adapter.spec)
 
     def remove(self, lora_id: int) -> None:
         """Forget an adapter: its host copy and its GPU slot (which no request uses)."""
@@ -95,12 +103,16 @@ class LoRAManager:
 
     def is_ready(self, lora_id: int) -> bool:
         """Whether the adapter is in a GPU slot or its host copy is complete: requests for
-        it may be scheduled."""
+        it may be scheduled (its copy is then the most recently used, so a read for
+        another adapter does not drop it before it takes a slot)."""
         adapter = self.adapters.get(lora_id)
         if adapter is None:
             return False
         self._collect(adapter)
-        return lora_id in self.host or lora_id in self._slot_order
+        if lora_id in self.host:
+            self.host.move_to_end(lora_id)
+            return True
+        return lora_id in self._slot_order
 
     def failure(self, lora_id: int) -> str | None:
         adapter = self.adapters.get(lora_id)
@@ -110,7 +122,8 @@ class LoRAManager:
         return adapter.error
 
     def states(self) -> dict[int, tuple[str, float | None, str | None]]:
-        """Adapter id -> (gpu | cpu | loading | failed | unloaded, loaded_at, error)."""
+        """Adapter id -> (gpu | cpu | loading | disk | failed, loaded_at, error); disk: no
+        copy in memory, read when a request wants it."""
         out = {}
         for lora_id, adapter in self.adapters.items():
             self._collect(adapter)
@@ -123,7 +136,7 @@ class LoRAManager:
             elif adapter.load is not None:
                 state = "loading"
             else:
-                state = "unloaded"  # dropped from host memory; read again on demand
+                state = "disk"
             out[lora_id] = (state, adapter.loaded_at, adapter.error)
         return out
 
@@ -173,7 +186,7 @@ class LoRAManager:
         adapter = self.adapters[lora_id]
         if lora_id not in self.host:
             if adapter.load is None:
-                self.add(adapter.spec)  # not asked for again yet: read it now
+                self.load(lora_id)  # this rank dropped its copy: read it now
             adapter.load.exception()  # a rank whose read lags rank 0's waits for it here
             self._collect(adapter)
         if adapter.error is not None:
@@ -254,11 +267,14 @@ class LoRAManager:
             return
         adapter.loaded_at = time.time()
 
+    def _num_held(self) -> int:
+        """Host copies held or being read."""
+        return len(self.host) + sum(1 for a in self.adapters.values() if a.load is not None)
+
     def _make_host_room(self) -> None:
         """Before a read starts: drop least recently used host copies outside the GPU
         slots until one more fits `max_cpu_loras` (reads in flight count)."""
-        loading = sum(1 for a in self.adapters.values() if a.load is not None)
-        while len(self.host) + loading >= self.config.max_cpu_loras:
+        while self._num_held() >= self.config.max_cpu_loras:
             victim = next((i for i in self.host if i not in self._slot_order), None)
             if victim is None:
                 return  # every host copy backs a GPU slot: hold one more for a while

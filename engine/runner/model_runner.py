@@ -100,6 +100,9 @@ class ModelRunner:
     def add_lora(self, adapter: LoRAAdapter) -> None:
         self.lora.add(adapter)
 
+    def load_lora(self, lora_id: int) -> None:
+        self.lora.load(lora_id)
+
     def remove_lora(self, lora_id: int) -> None:
         self.lora.remove(lora_id)
 
