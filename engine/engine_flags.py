@@ -72,7 +72,34 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
         default=1,
         help="GPUs (one process each) the model is split over (default 1)",
     )
+    add_lora_flags(parser.add_argument_group("LoRA adapters"))
     add_step_flags(parser)
+
+
+def add_lora_flags(group) -> None:
+    """Many PEFT LoRA adapters in one batch (names as in `vllm serve`)."""
+    group.add_argument(
+        "--enable-lora", action="store_true", help="serve LoRA adapters beside the base model"
+    )
+    group.add_argument(
+        "--max-loras",
+        type=int,
+        default=4,
+        help="GPU slots: distinct adapters one step may use (default 4)",
+    )
+    group.add_argument(
+        "--max-lora-rank",
+        type=int,
+        default=16,
+        help="the largest rank an adapter may have (default 16)",
+    )
+    group.add_argument(
+        "--max-cpu-loras",
+        type=int,
+        default=None,
+        help="adapters kept in host memory, least recently used dropped first "
+        "(default 2 x --max-loras)",
+    )
 
 
 def add_step_flags(parser: argparse.ArgumentParser) -> None:
@@ -111,4 +138,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         "enforce_eager": args.enforce_eager,
         "async_scheduling": args.async_scheduling,
         "kv_cache_dtype": args.kv_cache_dtype,
+        "enable_lora": args.enable_lora,
+        "max_loras": args.max_loras,
+        "max_lora_rank": args.max_lora_rank,
+        "max_cpu_loras": args.max_cpu_loras,
     }

@@ -48,6 +48,9 @@ class LoRAState:
     state: str  # gpu | cpu | loading | unloaded (host copy dropped) | failed
     loaded_at: float | None = None  # time.time() its host copy was complete
     error: str | None = None
+    # running totals: cpu_loads, cpu_evictions (host copies read, dropped), gpu_loads,
+    # gpu_evictions (GPU slots filled with it, taken from it)
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -49,7 +49,7 @@ class CoreLoRAs:
             return False
         if self.manager.is_ready(lora_id):
             return True
-        state, _, _ = self.manager.states()[lora_id]
+        state = self.manager.states()[lora_id][0]
         if state == "disk":  # no copy in memory: every rank reads it now
             self._rpc("load_lora", lora_id)
         return False
@@ -74,8 +74,8 @@ class CoreLoRAs:
 
     def states(self) -> tuple[LoRAState, ...]:
         return tuple(
-            LoRAState(lora_id, state, loaded_at, error)
-            for lora_id, (state, loaded_at, error) in sorted(self.manager.states().items())
+            LoRAState(lora_id, state, loaded_at, error, counts)
+            for lora_id, (state, loaded_at, error, counts) in sorted(self.manager.states().items())
             if lora_id in self.adapters
         )
 

@@ -25,14 +25,23 @@ from pagoda.engine.entrypoints.protocol import (
     DetokenizeRequest,
     DetokenizeResponse,
     ErrorResponse,
+    LoadLoRAAdapterRequest,
+    LoRAAdapterList,
     ModelCard,
     ModelList,
     TokenizeChatRequest,
     TokenizeCompletionRequest,
     TokenizeResponse,
+    UnloadLoRAAdapterRequest,
 )
 from pagoda.engine.entrypoints.serving_chat import create_chat_completion
 from pagoda.engine.entrypoints.serving_completion import create_completion
+from pagoda.engine.entrypoints.serving_lora import (
+    adapter_model_cards,
+    list_adapters,
+    load_adapter,
+    unload_adapter,
+)
 from pagoda.engine.entrypoints.serving_tokens import detokenize, tokenize
 from pagoda.engine.entrypoints.settings import ServerSettings
 from pagoda.engine.entrypoints.state import ServerState
@@ -40,7 +49,7 @@ from pagoda.engine.entrypoints.state import ServerState
 logger = logging.getLogger(__name__)
 
 # Documented in the OpenAPI schema, so clients and fuzzers know the error shape.
-_ERRORS = {status: {"model": ErrorResponse} for status in (400, 401, 404, 408, 503)}
+_ERRORS = {status: {"model": ErrorResponse} for status in (400, 401, 404, 408, 500, 503)}
 
 
 def build_app(state: ServerState) -> FastAPI:
@@ -97,14 +106,23 @@ def _openai_router(state: ServerState) -> APIRouter:
     @router.get("/models")
     async def models() -> ModelList:
         settings = state.settings
-        return ModelList(
-            data=[
-                ModelCard(
-                    id=name, root=state.engine_config.model, max_model_len=settings.max_model_len
-                )
-                for name in settings.served_model_names
-            ]
-        )
+        base = [
+            ModelCard(id=name, root=state.engine_config.model, max_model_len=settings.max_model_len)
+            for name in settings.served_model_names
+        ]
+        return ModelList(data=base + adapter_model_cards(state))
+
+    @router.post("/load_lora_adapter", response_class=PlainTextResponse)
+    async def load_lora_adapter(body: LoadLoRAAdapterRequest):
+        return await load_adapter(body, state)
+
+    @router.post("/unload_lora_adapter", response_class=PlainTextResponse)
+    async def unload_lora_adapter(body: UnloadLoRAAdapterRequest):
+        return await unload_adapter(body, state)
+
+    @router.get("/lora_adapters")
+    async def lora_adapters() -> LoRAAdapterList:
+        return list_adapters(state)
 
     return router
 

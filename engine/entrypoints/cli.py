@@ -7,8 +7,8 @@ import logging
 
 from pagoda.engine.engine_flags import engine_kwargs
 from pagoda.engine.entrypoints.settings import (
+    ServerSettings,
     add_serve_arguments,
-    check_lora_arguments,
     server_settings,
 )
 
@@ -29,13 +29,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     from pagoda.engine.config import EngineConfig
 
-    check_lora_arguments(args)
     names = args.served_model_name or [args.model]
     config = EngineConfig(model=args.model, served_model_name=names[0], **engine_kwargs(args))
     config = config.resolve()  # every setting checked before anything starts
     settings = server_settings(args, config.max_model_len)
+    _check_lora_modules(settings, config)
     try:
         from pagoda.engine.entrypoints.api_server import run_server
     except ImportError as exc:  # e.g. a GPU image built without the server's dependencies
         raise ValueError(f"pagoda serve needs {exc.name}: pip install pagoda") from exc
     return run_server(settings, config)
+
+
+def _check_lora_modules(settings: ServerSettings, config) -> None:
+    """Every --lora-modules folder checked against the model before it loads."""
+    from pagoda.engine.loader.lora_adapter import inspect_adapter
+
+    for module in settings.lora_modules:
+        try:
+            inspect_adapter(module.path, config.model_config, config.max_lora_rank)
+        except (ValueError, FileNotFoundError) as exc:
+            raise ValueError(f"--lora-modules {module.name}: {exc}") from exc

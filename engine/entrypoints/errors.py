@@ -53,6 +53,12 @@ def engine_died(exc: Exception) -> APIError:
     return APIError(503, f"the engine died ({exc}); this server must restart", type="server_error")
 
 
+def request_failed(exc: Exception) -> APIError:
+    """The engine could not serve this request (its adapter failed to load after it was
+    checked): a server-side failure the message names, not a bug."""
+    return APIError(500, f"{exc}", type="server_error", code="adapter_load_failed")
+
+
 def error_response(error: APIError) -> JSONResponse:
     body = {
         "error": {

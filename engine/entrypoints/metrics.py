@@ -9,7 +9,7 @@ the frontend's per-request stats.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import prometheus_client
 from prometheus_client import (
@@ -25,6 +25,7 @@ from pagoda.engine.messages import SchedulerStats
 from pagoda.engine.processing.stats import IterationStats
 
 FINISH_REASONS = ("stop", "length", "abort")
+LORA_STATES = ("gpu", "cpu", "loading", "disk", "failed")
 
 # The *_created series of every counter and histogram only add noise (vLLM drops them too).
 prometheus_client.disable_created_metrics()
@@ -58,7 +59,12 @@ def token_buckets(max_model_len: int) -> list[int]:
 class _MetricSet:
     """One prefix's metrics (pagoda: or vllm:), children bound to the model's label."""
 
-    def __init__(self, prefix: str, registry, model_name: str, max_model_len: int) -> None:
+    def __init__(
+        self, prefix: str, registry, model_name: str, max_model_len: int, max_loras: int
+    ) -> None:
+        self.model_name = model_name
+        self.max_loras = max_loras
+
         def labelled(cls, name: str, doc: str, **kwargs):
             metric = cls(f"{prefix}:{name}", doc, ["model_name"], registry=registry, **kwargs)
             return metric.labels(model_name)
@@ -103,6 +109,34 @@ class _MetricSet:
         self.request_generation = labelled(
             Histogram, "request_generation_tokens", "Generated tokens per request.", buckets=tokens
         )
+        self._lora_metrics(prefix, registry)
+
+    def _lora_metrics(self, prefix: str, registry) -> None:
+        self.lora_info = Gauge(
+            f"{prefix}:lora_requests_info",
+            "Adapters of the running and waiting requests (comma-separated names) and the "
+            "GPU slots; the value is when they were last reported (vLLM's metric).",
+            ["model_name", "running_lora_adapters", "waiting_lora_adapters", "max_lora"],
+            registry=registry,
+        )
+        self.lora_state = Gauge(
+            f"{prefix}:lora_adapter_state",
+            "1 for the state each adapter is in (gpu, cpu, loading, disk, failed), 0 else.",
+            ["model_name", "adapter", "state"],
+            registry=registry,
+        )
+        self.lora_loads = Counter(
+            f"{prefix}:lora_loads",
+            "Adapter loads: tier cpu, read into host memory; tier gpu, copied into a slot.",
+            ["model_name", "adapter", "tier"],
+            registry=registry,
+        )
+        self.lora_evictions = Counter(
+            f"{prefix}:lora_evictions",
+            "Adapters dropped: tier cpu, from host memory; tier gpu, from a GPU slot.",
+            ["model_name", "adapter", "tier"],
+            registry=registry,
+        )
 
     def record_scheduler(self, stats: SchedulerStats, previous: SchedulerStats) -> None:
         self.running.set(stats.num_running)
@@ -115,6 +149,32 @@ class _MetricSet:
             max(0, stats.prefix_cache_hits_total - previous.prefix_cache_hits_total)
         )
         self.preemptions.inc(max(0, stats.num_preemptions_total - previous.num_preemptions_total))
+
+    def record_loras(
+        self, stats: SchedulerStats, previous: SchedulerStats, names: dict[int, str]
+    ) -> None:
+        def joined(ids) -> str:
+            return ",".join(names.get(i, str(i)) for i in ids)
+
+        self.lora_info.clear()  # one series: the labels are the current sets
+        info = self.lora_info.labels(
+            self.model_name,
+            joined(stats.running_lora_ids),
+            joined(stats.waiting_lora_ids),
+            str(self.max_loras),
+        )
+        info.set_to_current_time()
+        before = {s.lora_id: s.counts for s in previous.lora_states}
+        self.lora_state.clear()  # unloaded adapters leave
+        for reported in stats.lora_states:
+            name = names.get(reported.lora_id, str(reported.lora_id))
+            for state in LORA_STATES:
+                self.lora_state.labels(self.model_name, name, state).set(state == reported.state)
+            for key, count in reported.counts.items():
+                tier, kind = key.split("_")
+                metric = self.lora_loads if kind == "loads" else self.lora_evictions
+                delta = count - before.get(reported.lora_id, {}).get(key, 0)
+                metric.labels(self.model_name, name, tier).inc(max(0, delta))
 
     def record_iteration(self, stats: IterationStats) -> None:
         self.prompt_tokens.inc(stats.num_prompt_tokens)
@@ -135,12 +195,22 @@ class _MetricSet:
 class PrometheusStatLogger:
     """AsyncLLM's stat logger (called on its output thread) and the /metrics exporter."""
 
-    def __init__(self, model_name: str, max_model_len: int, compat: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        max_model_len: int,
+        compat: Sequence[str] = (),
+        max_loras: int | None = None,
+        lora_names: Callable[[], dict[int, str]] = dict,
+    ) -> None:
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)  # process_resident_memory_bytes & co.
         prefixes = ["pagoda", *compat]
+        self.max_loras = max_loras  # None: LoRA is off, no LoRA metrics
+        self.lora_names = lora_names  # adapter id -> name, as the frontend knows them
         self._sets = [
-            _MetricSet(prefix, self.registry, model_name, max_model_len) for prefix in prefixes
+            _MetricSet(prefix, self.registry, model_name, max_model_len, max_loras or 0)
+            for prefix in prefixes
         ]
         self._previous = SchedulerStats(0, 0, 0.0, 0, 0, 0)
 
@@ -149,9 +219,12 @@ class PrometheusStatLogger:
         self._previous = stats
 
     def record(self, scheduler_stats: SchedulerStats, iteration_stats: IterationStats) -> None:
+        names = self.lora_names() if self.max_loras is not None else {}
         for metric_set in self._sets:
             metric_set.record_scheduler(scheduler_stats, self._previous)
             metric_set.record_iteration(iteration_stats)
+            if self.max_loras is not None:
+                metric_set.record_loras(scheduler_stats, self._previous, names)
         self._previous = scheduler_stats
 
     def render(self) -> bytes:

@@ -32,7 +32,8 @@ class StreamOptions(OpenAIModel):
 class SamplingFields(OpenAIModel):
     """What completions and chat share: OpenAI's sampling fields plus vLLM's extras."""
 
-    model: str | None = None  # None: the served model
+    model: str | None = None  # None: the served model; or a LoRA adapter's name
+    lora_name: str | None = None  # vLLM guides' way to pick an adapter (or `model`)
     n: int = documented(1, minimum=1)
     temperature: float | None = documented(minimum=0)  # None: 1.0, as OpenAI
     top_p: float | None = documented(exclusiveMinimum=0, maximum=1)
@@ -221,6 +222,7 @@ class ModelCard(BaseModel):
     created: int = Field(default_factory=now_seconds)
     owned_by: str = "pagoda"
     root: str | None = None
+    parent: str | None = None  # a LoRA adapter's base model
     max_model_len: int | None = None
 
 
@@ -248,3 +250,38 @@ class ErrorInfo(BaseModel):
 
 class ErrorResponse(BaseModel):
     error: ErrorInfo
+
+
+class LoadLoRAAdapterRequest(OpenAIModel):
+    """vLLM's body for POST /v1/load_lora_adapter."""
+
+    lora_name: str = Field(min_length=1)
+    lora_path: str = Field(min_length=1)
+    load_inplace: bool = False  # replace an adapter of that name (its requests finish on it)
+
+
+class UnloadLoRAAdapterRequest(OpenAIModel):
+    """vLLM's body for POST /v1/unload_lora_adapter."""
+
+    lora_name: str = Field(min_length=1)
+    lora_int_id: int | None = None  # if given, must be the adapter's id
+
+
+class LoRAAdapterCard(BaseModel):
+    name: str
+    id: int
+    path: str
+    base_model: str
+    state: str  # gpu | cpu | loading | disk | failed
+    error: str | None = None
+    digest: str  # sha256 of adapter_config.json and the weights
+    rank: int
+    added_at: float  # unix time the server checked and added it
+    loaded_at: float | None = None  # unix time its weights were last read into memory
+
+
+class LoRAAdapterList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[LoRAAdapterCard]
+    max_loras: int  # GPU slots: adapters one step may use
+    max_cpu_loras: int  # adapters kept in host memory

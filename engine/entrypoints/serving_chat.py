@@ -60,7 +60,7 @@ async def create_chat_completion(
     body: ChatCompletionRequest, request: Request, state: ServerState, texts: TokenTexts
 ):
     engine = state.require_engine()
-    model = state.check_model(body.model)
+    model, lora_request = state.resolve_model(body.model, body.lora_name)
     num_top = _check_chat_fields(body)
     max_tokens = body.max_completion_tokens or body.max_tokens
     params = sampling_params(body, max_tokens, num_top)
@@ -69,7 +69,12 @@ async def create_chat_completion(
         token_ids = conversation_tokens(engine, body.messages, body.add_generation_prompt)
         job = _Job(body, model, engine, None, texts, state.settings.request_timeout)
         job.prepared = engine.prepare(
-            {"prompt_token_ids": token_ids}, params, job.id, body.priority, body.cache_salt
+            {"prompt_token_ids": token_ids},
+            params,
+            job.id,
+            body.priority,
+            body.cache_salt,
+            lora_request,
         )
     events = _stream(job, ticket) if body.stream else None
     return await respond(request, ticket, events, lambda: _complete(job))

@@ -76,7 +76,7 @@ async def create_completion(
     body: CompletionRequest, request: Request, state: ServerState, texts: TokenTexts
 ):
     engine = state.require_engine()
-    model = state.check_model(body.model)
+    model, lora_request = state.resolve_model(body.model, body.lora_name)
     _refuse_unsupported(body)
     prompts = _prompts(body.prompt)
     params = sampling_params(body, body.max_tokens, body.logprobs)
@@ -84,7 +84,9 @@ async def create_completion(
     with released_on_error(ticket):
         job = _Job(body, model, engine, [], texts, state.settings.request_timeout)
         job.prepared = [
-            engine.prepare(prompt, params, f"{job.id}-{i}", body.priority, body.cache_salt)
+            engine.prepare(
+                prompt, params, f"{job.id}-{i}", body.priority, body.cache_salt, lora_request
+            )
             for i, prompt in enumerate(prompts)
         ]
     events = _stream(job, ticket) if body.stream else None

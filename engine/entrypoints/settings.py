@@ -6,8 +6,9 @@ Kept free of FastAPI and friends so `pagoda --help` and argument errors need non
 from __future__ import annotations
 
 import argparse
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pagoda.engine.engine_flags import add_engine_flags
 
@@ -29,6 +30,8 @@ class ServerSettings:
     access_log: bool
     max_num_seqs: int
     max_model_len: int
+    lora_modules: list[LoRAModule] = field(default_factory=list)
+    runtime_lora_updating: bool = False
 
     @property
     def model_name(self) -> str:
@@ -54,24 +57,25 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="require 'Authorization: Bearer KEY' on /v1 (default: $PAGODA_API_KEY)",
     )
     add_engine_flags(parser)
-    _add_lora_arguments(parser.add_argument_group("LoRA (not supported yet)"))
+    _add_lora_serving_arguments(parser.add_argument_group("LoRA adapters over HTTP"))
     _add_server_arguments(parser.add_argument_group("server"))
 
 
-def _add_lora_arguments(group) -> None:
-    group.add_argument("--enable-lora", action="store_true", help="serve LoRA adapters")
-    group.add_argument(
-        "--max-loras", type=int, default=1, help="adapters one batch may hold (default 1)"
-    )
-    group.add_argument(
-        "--max-lora-rank", type=int, default=16, help="the largest adapter rank (default 16)"
-    )
+def _add_lora_serving_arguments(group) -> None:
     group.add_argument(
         "--lora-modules",
         nargs="+",
+        action="extend",
         default=[],
         metavar="NAME=PATH",
-        help="adapters to load at start, each NAME=PATH",
+        help="adapters to serve from the start, each NAME=PATH or vLLM's JSON "
+        '\'{"name": ..., "path": ..., "base_model_name": ...}\' (needs --enable-lora)',
+    )
+    group.add_argument(
+        "--enable-runtime-lora-updating",
+        action="store_true",
+        help="allow POST /v1/load_lora_adapter and /v1/unload_lora_adapter (off by default; "
+        "behind --api-key like every /v1 endpoint)",
     )
 
 
@@ -121,21 +125,45 @@ def _add_server_arguments(group) -> None:
     )
 
 
-def check_lora_arguments(args: argparse.Namespace) -> None:
-    """Validate the LoRA flags, then refuse them: adapters come with the LoRA issue."""
-    if args.max_loras < 1:
-        raise ValueError(f"--max-loras must be >= 1, got {args.max_loras}")
-    if args.max_lora_rank < 1:
-        raise ValueError(f"--max-lora-rank must be >= 1, got {args.max_lora_rank}")
-    for entry in args.lora_modules:
-        name, sep, path = entry.partition("=")
-        if not sep or not name or not path:
-            raise ValueError(f"--lora-modules expects NAME=PATH entries, got {entry!r}")
-    if args.enable_lora or args.lora_modules:
-        raise ValueError(
-            "LoRA adapters are not supported yet: drop --enable-lora and --lora-modules "
-            "(serve the base model, or merge the adapter into the weights)"
-        )
+@dataclass(frozen=True)
+class LoRAModule:
+    """An adapter `--lora-modules` asks to serve from the start."""
+
+    name: str
+    path: str
+    base_model_name: str | None = None
+
+
+def lora_modules(args: argparse.Namespace) -> list[LoRAModule]:
+    """The `--lora-modules` entries, checked for form (their folders are checked once the
+    model's config is known); ValueError says what is wrong."""
+    modules = [_lora_module(entry) for entry in args.lora_modules]
+    if modules and not args.enable_lora:
+        raise ValueError("--lora-modules needs --enable-lora")
+    names = [module.name for module in modules]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ValueError(f"--lora-modules names {', '.join(duplicates)} more than once")
+    return modules
+
+
+def _lora_module(entry: str) -> LoRAModule:
+    if entry.lstrip().startswith("{"):
+        try:
+            data = json.loads(entry)
+        except ValueError as exc:
+            raise ValueError(f"--lora-modules entry {entry!r} is not valid JSON: {exc}") from exc
+        fields_ok = isinstance(data, dict) and set(data) <= {"name", "path", "base_model_name"}
+        if not fields_ok or not all(isinstance(data.get(k), str) for k in ("name", "path")):
+            raise ValueError(
+                f"--lora-modules JSON entries take name, path and base_model_name (strings), "
+                f"got {entry!r}"
+            )
+        return LoRAModule(data["name"], data["path"], data.get("base_model_name"))
+    name, sep, path = entry.partition("=")
+    if not sep or not name or not path:
+        raise ValueError(f"--lora-modules expects NAME=PATH entries, got {entry!r}")
+    return LoRAModule(name, path)
 
 
 def server_settings(args: argparse.Namespace, max_model_len: int) -> ServerSettings:
@@ -145,10 +173,19 @@ def server_settings(args: argparse.Namespace, max_model_len: int) -> ServerSetti
         raise ValueError(f"--max-waiting-requests must be >= 0, got {args.max_waiting_requests}")
     if args.request_timeout < 0 or args.drain_timeout < 0 or args.dead_exit_delay < 0:
         raise ValueError("--request-timeout, --drain-timeout and --dead-exit-delay must be >= 0")
+    if args.enable_runtime_lora_updating and not args.enable_lora:
+        raise ValueError("--enable-runtime-lora-updating needs --enable-lora")
+    served = args.served_model_name or [args.model]
+    modules = lora_modules(args)
+    clashes = sorted({m.name for m in modules} & set(served))
+    if clashes:
+        raise ValueError(
+            f"--lora-modules name {', '.join(clashes)} is also a served model name: rename it"
+        )
     return ServerSettings(
         host=args.host,
         port=args.port,
-        served_model_names=args.served_model_name or [args.model],
+        served_model_names=served,
         api_key=args.api_key or None,
         metrics_compat=sorted(set(args.metrics_compat)),
         max_waiting_requests=args.max_waiting_requests,
@@ -159,4 +196,6 @@ def server_settings(args: argparse.Namespace, max_model_len: int) -> ServerSetti
         access_log=args.access_log,
         max_num_seqs=args.max_num_seqs,
         max_model_len=max_model_len,
+        lora_modules=modules,
+        runtime_lora_updating=args.enable_runtime_lora_updating,
     )

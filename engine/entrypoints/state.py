@@ -19,9 +19,12 @@ from pagoda.engine.entrypoints.errors import APIError
 from pagoda.engine.entrypoints.metrics import PrometheusStatLogger
 from pagoda.engine.entrypoints.settings import ServerSettings
 from pagoda.engine.frontend.async_llm import AsyncLLM
+from pagoda.engine.lora_request import LoRARequest
 from pagoda.engine.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
+
+STARTUP_ADAPTERS_TIMEOUT_S = 300
 
 
 class Phase(enum.Enum):
@@ -46,8 +49,17 @@ class ServerState:
         self.phase = Phase.LOADING
         self.admission = Admission(settings.max_num_seqs + settings.max_waiting_requests)
         self.metrics = PrometheusStatLogger(
-            settings.model_name, settings.max_model_len, settings.metrics_compat
+            settings.model_name,
+            settings.max_model_len,
+            settings.metrics_compat,
+            max_loras=engine_config.max_loras if engine_config.enable_lora else None,
+            lora_names=self._lora_names,
         )
+
+    def _lora_names(self) -> dict[int, str]:
+        if self.engine is None:
+            return {}
+        return {i: a.request.lora_name for i, a in list(self.engine.loras.by_id.items())}
 
     # -- life cycle -------------------------------------------------------------------
 
@@ -60,6 +72,7 @@ class ServerState:
             )
             self.engine = engine
             await _warm_up(engine)
+            await self._add_startup_adapters(engine)
         except Exception:
             logger.exception("the engine failed to start")
             self.phase = Phase.FAILED
@@ -71,6 +84,20 @@ class ServerState:
             self.phase = Phase.READY
         logger.info("ready to serve in %.1fs", time.monotonic() - started)
         self._engine_watch = asyncio.ensure_future(self._exit_when_engine_dies(engine))
+
+    async def _add_startup_adapters(self, engine: AsyncLLM) -> None:
+        """`--lora-modules`: added, and read into host memory (as far as it holds them),
+        before the server reports ready."""
+        for module in self.settings.lora_modules:
+            request = LoRARequest(module.name, engine.loras.next_id(), module.path,
+                                  module.base_model_name)  # fmt: skip
+            await asyncio.to_thread(engine.add_lora, request)
+        deadline = time.monotonic() + STARTUP_ADAPTERS_TIMEOUT_S
+        while any(s.state == "loading" for s in engine.stats().lora_states):
+            if time.monotonic() > deadline:
+                logger.warning("adapters still loading after %ds", STARTUP_ADAPTERS_TIMEOUT_S)
+                return
+            await asyncio.sleep(0.05)
 
     async def _exit_when_engine_dies(self, engine: AsyncLLM) -> None:
         """A dead engine never recovers: answer 503 for a moment (so probes see why), then
@@ -125,18 +152,45 @@ class ServerState:
         raise overloaded(messages[status])
 
     def check_model(self, model: str | None) -> str:
-        """The served name a request asked for (None: the default); 404 for others."""
-        if model is None:
-            return self.settings.model_name
-        if model not in self.settings.served_model_names:
+        """The served name (or adapter name) a request asked for (None: the default);
+        404 for others."""
+        return self.resolve_model(model, None)[0]
+
+    def resolve_model(
+        self, model: str | None, lora_name: str | None
+    ) -> tuple[str, LoRARequest | None]:
+        """The name that serves a request and its adapter (None: the base model), chosen
+        by `model` (vLLM's convention) or `lora_name`; 404 for an unknown name, 400 when
+        the two name different adapters."""
+        adapters = self.engine.loras.by_name if self.engine is not None else {}
+        served = self.settings.served_model_names
+        if model is not None and model not in served and model not in adapters:
+            raise self._unknown("model", model)
+        if lora_name is None:
+            if model in adapters:
+                return model, adapters[model].request
+            return model or self.settings.model_name, None
+        if model in adapters and model != lora_name:
             raise APIError(
-                404,
-                f"the model {model!r} does not exist here: this server serves "
-                f"{', '.join(repr(name) for name in self.settings.served_model_names)}",
-                param="model",
-                code="model_not_found",
+                400,
+                f"model {model!r} and lora_name {lora_name!r} name different adapters: "
+                "send one of them",
+                param="lora_name",
             )
-        return model
+        if lora_name not in adapters:
+            raise self._unknown("lora_name", lora_name)
+        return lora_name, adapters[lora_name].request
+
+    def _unknown(self, param: str, name: str) -> APIError:
+        adapters = self.engine.loras.by_name if self.engine is not None else {}
+        names = [*self.settings.served_model_names, *adapters]
+        return APIError(
+            404,
+            f"the model {name!r} does not exist here: this server serves "
+            f"{', '.join(repr(n) for n in names)}",
+            param=param,
+            code="model_not_found",
+        )
 
 
 async def _warm_up(engine: AsyncLLM) -> None:

@@ -13,9 +13,9 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
+from pagoda.engine.engine_core.errors import EngineDeadError, RequestFailedError
 from pagoda.engine.entrypoints.admission import Ticket
-from pagoda.engine.entrypoints.errors import APIError, bad_request, engine_died
-from pagoda.engine.frontend.async_llm import EngineDeadError
+from pagoda.engine.entrypoints.errors import APIError, bad_request, engine_died, request_failed
 
 T = TypeVar("T")
 
@@ -100,6 +100,8 @@ async def framed(
             yield usage
     except EngineDeadError as exc:
         yield sse_error(engine_died(exc))
+    except RequestFailedError as exc:
+        yield sse_error(request_failed(exc))
     finally:
         deadline.cancel()
         ticket.release()
@@ -190,6 +192,8 @@ class Deadline:
             result = await work
         except EngineDeadError as exc:
             raise engine_died(exc) from None
+        except RequestFailedError as exc:
+            raise request_failed(exc) from None
         finally:
             self.cancel()
         if self.expired:

@@ -41,6 +41,7 @@ from pagoda.engine.runner.input_batch import HostBatch
 logger = logging.getLogger(__name__)
 
 SlotWeights = dict[str, tuple[torch.Tensor, torch.Tensor]]  # our module name -> (a, b)
+COUNTS = ("cpu_loads", "cpu_evictions", "gpu_loads", "gpu_evictions")
 
 
 @dataclass
@@ -49,7 +50,8 @@ class _Adapter:
     load: Future | None = None  # the background read of its host copy
     loaded_at: float | None = None  # time.time() its host copy was complete
     error: str | None = None
-    uses: int = field(default=0)
+    # running totals, for the metrics: host reads and drops, GPU slot copies and evictions
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
 
 
 class LoRAManager:
@@ -121,9 +123,9 @@ class LoRAManager:
         self._collect(adapter)
         return adapter.error
 
-    def states(self) -> dict[int, tuple[str, float | None, str | None]]:
-        """Adapter id -> (gpu | cpu | loading | disk | failed, loaded_at, error); disk: no
-        copy in memory, read when a request wants it."""
+    def states(self) -> dict[int, tuple[str, float | None, str | None, dict[str, int]]]:
+        """Adapter id -> (gpu | cpu | loading | disk | failed, loaded_at, error, counts);
+        disk: no copy in memory, read when a request wants it."""
         out = {}
         for lora_id, adapter in self.adapters.items():
             self._collect(adapter)
@@ -137,7 +139,7 @@ class LoRAManager:
                 state = "loading"
             else:
                 state = "disk"
-            out[lora_id] = (state, adapter.loaded_at, adapter.error)
+            out[lora_id] = (state, adapter.loaded_at, adapter.error, dict(adapter.counts))
         return out
 
     def slot_bytes(self) -> int:
@@ -176,6 +178,7 @@ class LoRAManager:
             for lora_id, slot in self._slot_order.items():
                 if lora_id not in spare:
                     del self._slot_order[lora_id]
+                    self.adapters[lora_id].counts["gpu_evictions"] += 1
                     return slot
         raise RuntimeError(
             f"a step holds more adapters than the {len(self.slots)} GPU slots "
@@ -202,7 +205,7 @@ class LoRAManager:
                 module.lora.b[slot].copy_(pieces[1], non_blocking=True)
         self.slots[slot] = lora_id
         self._slot_order[lora_id] = slot
-        adapter.uses += 1
+        adapter.counts["gpu_loads"] += 1
         logger.info("LoRA adapter %s in GPU slot %d", adapter.spec.name, slot)
 
     def _stage(self, query_start_loc: np.ndarray, rows_by_slot: dict[int, list[int]]) -> None:
@@ -266,6 +269,7 @@ class LoRAManager:
             logger.error("LoRA adapter %s failed to load: %s", adapter.spec.name, exc)
             return
         adapter.loaded_at = time.time()
+        adapter.counts["cpu_loads"] += 1
 
     def _num_held(self) -> int:
         """Host copies held or being read."""
@@ -279,6 +283,7 @@ class LoRAManager:
             if victim is None:
                 return  # every host copy backs a GPU slot: hold one more for a while
             del self.host[victim]
+            self.adapters[victim].counts["cpu_evictions"] += 1
             name = self.adapters[victim].spec.name
             logger.info("LoRA adapter %s dropped from host memory (least recently used)", name)
 

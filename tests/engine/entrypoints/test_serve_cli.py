@@ -10,11 +10,19 @@ import pytest
 from pagoda.cli import main
 from tests.engine.entrypoints.live_server import ENV
 
+LORA = ["--enable-lora"]
 REFUSED = [
-    (["--enable-lora"], "LoRA adapters are not supported yet"),
-    (["--lora-modules", "sql=/adapters/sql"], "LoRA adapters are not supported yet"),
-    (["--lora-modules", "no-path"], "NAME=PATH"),
-    (["--max-loras", "0"], "--max-loras"),
+    (["--lora-modules", "sql=/adapters/sql"], "--lora-modules needs --enable-lora"),
+    ([*LORA, "--lora-modules", "no-path"], "NAME=PATH"),
+    ([*LORA, "--lora-modules", '{"name": "x"'], "is not valid JSON"),
+    ([*LORA, "--lora-modules", '{"name": "x", "path": "/p", "alpha": 1}'], "name, path and"),
+    ([*LORA, "--lora-modules", "a=/p", "a=/q"], "names a more than once"),
+    ([*LORA, "--lora-modules", "tiny=/p", "--served-model-name", "tiny"], "rename it"),
+    ([*LORA, "--lora-modules", "sql=/adapters/sql"], "--lora-modules sql: LoRA adapter folder"),
+    (["--enable-runtime-lora-updating"], "needs --enable-lora"),
+    ([*LORA, "--max-loras", "0"], "max_loras must be a positive integer"),
+    ([*LORA, "--max-lora-rank", "1024"], "max_lora_rank must be at most 512"),
+    ([*LORA, "--max-loras", "4", "--max-cpu-loras", "2"], "max_cpu_loras (2) must be at least"),
     (["--tensor-parallel-size", "3"], "tensor_parallel_size=3 must divide"),
     (["--max-model-len", "999999"], "max_model_len"),
     (["--port", "70000"], "--port"),
@@ -22,7 +30,7 @@ REFUSED = [
 ]
 
 
-@pytest.mark.parametrize(("flags", "message"), REFUSED, ids=[r[1][:24] for r in REFUSED])
+@pytest.mark.parametrize(("flags", "message"), REFUSED, ids=[r[1][:32] for r in REFUSED])
 def test_bad_flags_exit_2_with_a_clear_message(llama_dir, flags, message, capsys):
     # In process (the checks run before any server starts); a subprocess test is below.
     assert main(["serve", str(llama_dir), *flags]) == 2
