@@ -165,6 +165,16 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
     add_step_flags(parser)
     parser.add_argument(
+        "--num-loras",
+        type=int,
+        default=0,
+        help="also run with requests spread round-robin over N random LoRA adapters (all "
+        "seven projections; N GPU slots), beside the base model in the same run",
+    )
+    parser.add_argument(
+        "--lora-rank", type=int, default=16, help="the random adapters' rank (default 16)"
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=Path("bench/results"),
@@ -196,6 +206,13 @@ class _Run:
         self.model_dir = write_model_dir(Path(self.tmp.name) / "model", args.shape)
         self.hf_model = build_hf_model(self.model_dir) if "hf" in self.backends else None
         self.weights_on_disk = False
+        self.adapters = []
+        if getattr(args, "num_loras", 0) < 0:
+            raise ValueError(f"--num-loras must be >= 0, got {args.num_loras}")
+        if getattr(args, "num_loras", 0):
+            from pagoda.engine.benchmarks.lora import write_random_adapters
+
+            self.adapters = write_random_adapters(self.model_dir, args.num_loras, args.lora_rank)
 
     def pagoda(self, tensor_parallel_size: int | None = None):
         """Start the engine on the HF peer's weights when it is loaded (handed over in
@@ -217,11 +234,23 @@ class _Run:
             enforce_eager=self.args.enforce_eager,
             async_scheduling=self.args.async_scheduling,
             kv_cache_dtype=self.args.kv_cache_dtype,
+            **self._lora_settings(),
         )
         if self.hf_model is not None:
             llm.engine.core.runner.load_weights(self.hf_model.named_parameters())
             self._free_hf_model()
         return llm
+
+    def _lora_settings(self) -> dict:
+        if not self.adapters:
+            return {}
+        rank = self.args.lora_rank
+        return {"enable_lora": True, "max_loras": len(self.adapters), "max_lora_rank": rank}
+
+    def lora_requests(self, count: int) -> list:
+        from pagoda.engine.benchmarks.lora import round_robin
+
+        return round_robin(self.adapters, count)
 
     def _weights_to_disk(self) -> None:
         from pagoda.engine.benchmarks.model import save_weights
@@ -272,12 +301,32 @@ def _throughput(args: argparse.Namespace) -> int:
         sample = prompts[: args.hf_num_prompts]
         logger.info("HF generate_batch on %d requests", len(sample))
         figures["hf"] = workloads.hf_throughput(run.hf_model, sample, args.output_len)
+        if run.adapters:
+            figures["hf-peft"] = _hf_peft_throughput(run, sample, args.output_len)
     if "pagoda" in run.backends:
         llm = run.pagoda()
         workloads.pagoda_throughput(llm, prompts[:16], 16)  # warm up kernels and graphs
         figures["pagoda"] = workloads.pagoda_throughput(llm, prompts, args.output_len)
+        if run.adapters:
+            loras = run.lora_requests(len(prompts))
+            workloads.pagoda_throughput(llm, prompts[:16], 16, loras[:16])  # warm up
+            lora = workloads.pagoda_throughput(llm, prompts, args.output_len, loras)
+            lora["output_tokens_per_s_vs_base"] = (
+                lora["output_tokens_per_s"] / figures["pagoda"]["output_tokens_per_s"]
+            )
+            figures["pagoda-lora"] = lora
     results.write("throughput", args, figures, ceiling={"output_tokens_per_s": 21000})
     return 0
+
+
+def _hf_peft_throughput(run: _Run, sample, output_len: int) -> dict:
+    """The HF peer with the adapters (peft), then the plain model back for the hand-over."""
+    from pagoda.engine.benchmarks.lora import hf_peft_throughput
+
+    count = len(run.adapters)
+    logger.info("HF + peft generate on %d requests over %d adapters", len(sample), count)
+    figures, run.hf_model = hf_peft_throughput(run.hf_model, run.adapters, sample, output_len)
+    return figures
 
 
 def _latency(args: argparse.Namespace) -> int:
@@ -289,7 +338,14 @@ def _latency(args: argparse.Namespace) -> int:
     if run.hf_model is not None:
         figures["hf"] = workloads.hf_latency(run.hf_model, *sizes)
     if "pagoda" in run.backends:
-        figures["pagoda"] = workloads.pagoda_latency(run.pagoda(), *sizes)
+        llm = run.pagoda()
+        figures["pagoda"] = workloads.pagoda_latency(llm, *sizes)
+        if run.adapters:  # one adapter, every request through it
+            lora = workloads.pagoda_latency(llm, *sizes, lora_request=run.lora_requests(1)[0])
+            lora["decode_tokens_per_s_vs_base"] = (
+                lora["decode_tokens_per_s"] / figures["pagoda"]["decode_tokens_per_s"]
+            )
+            figures["pagoda-lora"] = lora
     results.write(
         "latency", args, figures, ceiling={"decode_tokens_per_s": 266, "ttft_long_ms": 21}
     )

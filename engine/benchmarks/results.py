@@ -41,6 +41,8 @@ def write(workload: str, args: argparse.Namespace, figures: dict, ceiling: dict)
     machine = gpu.lower().replace("nvidia ", "").replace(" ", "-")
     ranks = getattr(args, "tensor_parallel_size", 1)
     suffix = f"-tp{ranks}" if ranks > 1 else ""
+    if getattr(args, "num_loras", 0):
+        suffix += f"-lora{args.num_loras}"
     path = args.out / f"{date.today()}-{machine}-{workload}{suffix}.json"
     path.write_text(json.dumps(record, indent=2) + "\n")
     _print_table(workload, figures, record["ratios"])

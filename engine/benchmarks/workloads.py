@@ -23,13 +23,16 @@ def _greedy(max_tokens: int) -> SamplingParams:
 # -- throughput: many requests submitted at once -------------------------------------
 
 
-def pagoda_throughput(llm: LLM, prompts: list[list[int]], output_len: int) -> dict:
+def pagoda_throughput(
+    llm: LLM, prompts: list[list[int]], output_len: int, lora_requests=None
+) -> dict:
     """Tokens per second, and the profile: device seconds per kind of step, and the
-    seconds the device waited between steps for the host (step_profile.py)."""
+    seconds the device waited between steps for the host (step_profile.py).
+    `lora_requests`: one adapter per prompt (None: the base model)."""
     profile = llm.engine.core.runner.profile
     profile.enabled = True
     started = time.perf_counter()
-    outputs = llm.generate(prompts, _greedy(output_len))
+    outputs = llm.generate(prompts, _greedy(output_len), lora_request=lora_requests)
     elapsed = time.perf_counter() - started
     profile.enabled = False
     generated = sum(len(o.outputs[0].token_ids) for o in outputs)
@@ -67,23 +70,35 @@ def _throughput_figures(requests: int, prompt_tokens: int, generated: int, elaps
 
 
 def pagoda_latency(
-    llm: LLM, input_len: int, output_len: int, ttft_len: int, iters: int, vocab_size: int
+    llm: LLM,
+    input_len: int,
+    output_len: int,
+    ttft_len: int,
+    iters: int,
+    vocab_size: int,
+    lora_request=None,
 ) -> dict:
-    """Decode tok/s at batch 1 and TTFT; fresh prompts each time (no prefix-cache hits)."""
+    """Decode tok/s at batch 1 and TTFT; fresh prompts each time (no prefix-cache hits).
+    `lora_request`: every request through this adapter (None: the base model)."""
     prompts = random_prompts(3 * iters + 2, input_len, vocab_size, seed=11)
     long_prompts = random_prompts(iters + 1, ttft_len, vocab_size, seed=12)
-    llm.generate(prompts.pop(), _greedy(output_len))  # warm up every path once
-    llm.generate(long_prompts.pop(), _greedy(1))
+
+    def run(prompt, max_tokens: int):
+        return llm.generate(prompt, _greedy(max_tokens), lora_request=lora_request)
+
+    run(prompts.pop(), output_len)  # warm up every path once
+    run(long_prompts.pop(), 1)
     first_token, whole, long_ttft = [], [], []
     for i in range(iters):
-        first_token.append(_timed(lambda p=prompts[2 * i]: llm.generate(p, _greedy(1))))
-        whole.append(_timed(lambda p=prompts[2 * i + 1]: llm.generate(p, _greedy(output_len))))
-        long_ttft.append(_timed(lambda p=long_prompts[i]: llm.generate(p, _greedy(1))))
+        first_token.append(_timed(lambda p=prompts[2 * i]: run(p, 1)))
+        whole.append(_timed(lambda p=prompts[2 * i + 1]: run(p, output_len)))
+        long_ttft.append(_timed(lambda p=long_prompts[i]: run(p, 1)))
     figures = _latency_figures(first_token, whole, long_ttft, output_len)
     graphs = llm.engine.core.runner.graphs
     # The profile: how much of a decode step is the GPU's. Not with several ranks: rank
-    # 0 replaying alone would wait forever in the graph's collectives.
-    if graphs is not None and llm.config.tensor_parallel_size == 1:
+    # 0 replaying alone would wait forever in the graph's collectives (and with an
+    # adapter the padding rows of the profile would not use it).
+    if graphs is not None and llm.config.tensor_parallel_size == 1 and lora_request is None:
         figures["decode_step_device_ms"] = graphs.device_time_ms(1)
         figures["decode_step_wall_ms"] = 1e3 / figures["decode_tokens_per_s"]
     return figures

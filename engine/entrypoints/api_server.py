@@ -112,11 +112,19 @@ def _openai_router(state: ServerState) -> APIRouter:
         ]
         return ModelList(data=base + adapter_model_cards(state))
 
-    @router.post("/load_lora_adapter", response_class=PlainTextResponse)
+    # As vLLM: the run-time endpoints exist (and are in the schema) only when asked for;
+    # otherwise a hidden route answers 404 with the flag that turns them on.
+    documented = state.settings.runtime_lora_updating
+
+    @router.post(
+        "/load_lora_adapter", response_class=PlainTextResponse, include_in_schema=documented
+    )
     async def load_lora_adapter(body: LoadLoRAAdapterRequest):
         return await load_adapter(body, state)
 
-    @router.post("/unload_lora_adapter", response_class=PlainTextResponse)
+    @router.post(
+        "/unload_lora_adapter", response_class=PlainTextResponse, include_in_schema=documented
+    )
     async def unload_lora_adapter(body: UnloadLoRAAdapterRequest):
         return await unload_adapter(body, state)
 

@@ -125,3 +125,40 @@ def test_weights_in_a_file_give_every_rank_the_handed_over_tokens(llama_dir, llm
         two_ranks.shutdown()
     figures = workloads.compare_greedy(one, two, tolerance=0.0)
     assert figures["identical"] == 4, figures
+
+
+def test_the_benchmarks_random_adapters_are_what_peft_loads(llama_dir, tmp_path):
+    """`pagoda bench --num-loras`' adapters: PEFT folders that peft and the engine agree on,
+    and the HF + peft peer that runs beside it (taken out of the model again after)."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    from pagoda.engine.benchmarks.lora import hf_peft_throughput, round_robin, write_random_adapters
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(llama_dir, model_dir)
+    adapters = write_random_adapters(model_dir, 2, rank=4, device="cpu")
+    prompts = random_prompts(4, 10, 1000, seed=2)
+    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    hf.generation_config.eos_token_id = None
+    plain = [n for n, _ in hf.named_parameters()]
+    figures, hf = hf_peft_throughput(hf, adapters, prompts, 3)
+    assert figures["output_tokens"] == 12 and figures["adapters"] == 2
+    assert [n for n, _ in hf.named_parameters()] == plain  # the adapters are out again
+    loras = round_robin(adapters, 4)
+    assert [r.lora_int_id for r in loras] == [1, 2, 1, 2]
+    from peft import PeftModel
+
+    from pagoda.engine import SamplingParams
+
+    llm = LLM(str(model_dir), enable_lora=True, max_loras=2, max_lora_rank=4)
+    params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    ours = [o.outputs[0].token_ids for o in llm.generate(prompts, params, lora_request=loras)]
+    for prompt, lora, got in zip(prompts, loras, ours, strict=True):
+        base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        base.generation_config.eos_token_id = None
+        peft_model = PeftModel.from_pretrained(base, lora.lora_path).eval()
+        ids = torch.tensor([prompt])
+        want = peft_model.generate(input_ids=ids, max_new_tokens=4, do_sample=False)
+        assert got == want[0, 10:].tolist()
