@@ -54,6 +54,8 @@ CASES = [
     (37, 4, 24, 96, 176),
     (64, 2, 16, 64, 64),
     (3, 1, 8, 40, 24),
+    (3, 2, 16, 1000, 32),  # few tokens, long K: the shrink splits K over 3 programs
+    (2, 2, 48, 2048, 40),  # 8 splits
 ]
 
 
@@ -79,6 +81,14 @@ def test_triton_matches_the_reference_with_base_tokens_mixed_in(
     torch.testing.assert_close(got_reference.double(), expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(got_triton.double(), expected, atol=1e-5, rtol=1e-5)
     assert torch.equal(got_triton[0], y[0])  # the base token is untouched
+
+
+def test_few_tokens_split_k_and_many_tokens_do_not():
+    from pagoda.engine.kernels.triton_lora import split_k
+
+    assert split_k(1, 48, 4096) == 16 and split_k(1, 16, 14336) == 32
+    assert split_k(8192, 48, 4096) == 1  # 512 token blocks fill the GPU already
+    assert split_k(3, 16, 1000) == 3
 
 
 def test_a_step_without_adapter_tokens_changes_nothing():
