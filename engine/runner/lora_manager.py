@@ -242,12 +242,8 @@ class LoRAManager:
         for peft_name, tensors in read_adapter(info, self.config.torch_dtype).items():
             name, shard = self._our_name(peft_name)
             pieces.setdefault(name, {})[shard] = tensors
-        pin = self._device.type == "cuda"
-        weights = {}
-        for name, shards in pieces.items():
-            a, b = self.layers[name].lora_slot(shards)
-            weights[name] = (a.pin_memory(), b.pin_memory()) if pin else (a, b)
-        return weights
+        weights = {name: self.layers[name].lora_slot(shards) for name, shards in pieces.items()}
+        return _pinned(weights) if self._device.type == "cuda" else weights
 
     def _our_name(self, peft_name: str) -> tuple[str, int]:
         """model.layers.0.self_attn.k_proj -> (model.layers.0.self_attn.qkv_proj, 1)."""
@@ -289,3 +285,21 @@ class LoRAManager:
 
     def shutdown(self) -> None:
         self._loader.shutdown(wait=False, cancel_futures=True)
+
+
+def _pinned(weights: SlotWeights) -> SlotWeights:
+    """The same tensors in one pinned host buffer: one pinned allocation per adapter (each
+    costs a driver call that is slow on some hosts), and copies to the GPU that do not
+    wait for the host."""
+    tensors = [t for pair in weights.values() for t in pair]
+    buffer = torch.empty(sum(t.numel() for t in tensors), dtype=tensors[0].dtype, pin_memory=True)
+    out, offset = {}, 0
+    for name, pair in weights.items():
+        views = []
+        for tensor in pair:
+            view = buffer[offset : offset + tensor.numel()].view(tensor.shape)
+            view.copy_(tensor)
+            views.append(view)
+            offset += tensor.numel()
+        out[name] = (views[0], views[1])
+    return out
