@@ -177,3 +177,48 @@ def test_shutdown_stops_the_core_process_and_removes_its_sockets(llama_dir):
     assert process.is_alive() and any(folder.iterdir())
     engine.shutdown()
     assert process.exitcode == 0 and not folder.exists()
+
+
+@pytest.mark.parametrize("multiprocess", [False, True], ids=["thread", "process"])
+def test_adapters_stream_as_the_offline_engine_and_fail_alone(
+    llama_dir, peft_adapters, multiprocess, tmp_path
+):
+    """AsyncLLM.generate(lora_request=...) in both core modes; an adapter whose files
+    vanish after the check fails its own request with RequestFailedError."""
+    import shutil
+
+    from pagoda.engine import LoRARequest
+    from pagoda.engine.engine_core.errors import RequestFailedError
+
+    adapters = peft_adapters("llama")
+    loras = [LoRARequest(f"a{i}", i + 1, str(adapters[i])) for i in range(3)]
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    prompts = ["first tenant", "second tenant", "third tenant", "the base model"]
+    per_prompt = [*loras, None]
+    settings = {"enable_lora": True, "max_loras": 2, "max_lora_rank": 16}
+    expected = LLM(str(llama_dir), **settings).generate(prompts, params, lora_request=per_prompt)
+    doomed = tmp_path / "doomed"
+    shutil.copytree(adapters[0], doomed)
+    engine = AsyncLLM.from_model(str(llama_dir), multiprocess=multiprocess, **settings)
+
+    async def one(i, prompt, lora):
+        outputs = [o async for o in engine.generate(prompt, params, f"r{i}", lora_request=lora)]
+        return outputs[-1]
+
+    async def main():
+        pairs = enumerate(zip(prompts, per_prompt, strict=True))
+        got = await asyncio.gather(*(one(i, prompt, lora) for i, (prompt, lora) in pairs))
+        # the files vanish between the frontend's check and the engine's read
+        adapter, _ = engine.loras.register(LoRARequest("doomed", 9, str(doomed)))
+        shutil.rmtree(doomed)
+        engine._core_add_lora(adapter.spec)
+        with pytest.raises(RequestFailedError, match="'doomed' failed to load"):
+            await one(9, "doomed", LoRARequest("doomed", 9, str(doomed)))
+        return got
+
+    try:
+        got = asyncio.run(main())
+    finally:
+        engine.shutdown()
+    for out, want in zip(got, expected, strict=True):
+        assert out.outputs[0].token_ids == want.outputs[0].token_ids

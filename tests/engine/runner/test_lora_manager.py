@@ -60,8 +60,9 @@ def test_an_adapter_that_fails_to_load_fails_only_its_requests(llama_dir, adapte
     doomed = tmp_path / "doomed"
     shutil.copytree(adapters[0], doomed)
     lora = LoRARequest("doomed", 9, str(doomed))
-    llm.engine.add_lora(lora)  # checked here: the folder is fine
+    adapter, _ = llm.engine.loras.register(lora)  # the frontend's check: the folder is fine
     shutil.rmtree(doomed)  # gone before the engine reads it
+    llm.engine._core_add_lora(adapter.spec)
     with pytest.raises(RequestFailedError, match="LoRA adapter 'doomed' failed to load"):
         llm.generate(PROMPT, GREEDY, lora_request=lora)
     assert states(llm)[9] == "failed"
