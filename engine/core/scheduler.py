@@ -310,7 +310,10 @@ class Scheduler:
             prefix_cache_queries_total=self.kv_cache.stats.queries,
             prefix_cache_hits_total=self.kv_cache.stats.hits,
             running_lora_ids=tuple(sorted(self.loras.running)),
-            waiting_lora_ids=tuple(
-                sorted({r.lora_id for r in self.waiting if r.lora_id is not None})
-            ),
+            waiting_lora_ids=self._waiting_lora_ids(),
         )
+
+    def _waiting_lora_ids(self) -> tuple[int, ...]:
+        if not self.loras.max_loras:
+            return ()  # LoRA is off: nothing to look through the queue for
+        return tuple(sorted({r.lora_id for r in self.waiting if r.lora_id is not None}))
