@@ -7,12 +7,16 @@ side-effect free; everything else belongs to the thread that calls `step()`.
 
 from __future__ import annotations
 
+import time
+
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.engine_core.core import EngineCore
 from pagoda.engine.frontend.base import Frontend
 from pagoda.engine.messages import LoRAAdapter
 from pagoda.engine.outputs import RequestOutput
 from pagoda.engine.processing.input_processor import PreparedRequest, Prompt
+
+ADAPTER_WAIT_S = 0.002  # between steps that only wait for adapters being read
 
 
 class LLMEngine(Frontend):
@@ -47,7 +51,10 @@ class LLMEngine(Frontend):
         self.core.shutdown()
 
     def step(self) -> list[RequestOutput]:
-        processed = self.output_processor.process(self.core.step())
+        core_outputs = self.core.step()
+        if not core_outputs and self.core.is_loading_loras:
+            time.sleep(ADAPTER_WAIT_S)  # requests wait for an adapter read: do not spin
+        processed = self.output_processor.process(core_outputs)
         if processed.to_abort:  # stop strings finished them here
             self.core.abort_requests(processed.to_abort)
         return processed.request_outputs

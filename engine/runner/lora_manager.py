@@ -4,8 +4,10 @@
   out in this rank's slot shapes, pinned), so reading never holds up a step. One the
   engine core adds is read at once while fewer than `max_cpu_loras` copies are held or
   being read; otherwise it waits on disk until a request wants it (the core then asks
-  every rank to `load` it), and loading one past the limit first drops the least
-  recently used copy outside the GPU slots.
+  every rank to `load` it). Loading one past the limit first drops the least recently
+  used copy nothing needs: not one just promised to the scheduler (`is_ready`), and not
+  one in a GPU slot unless no request holds that adapter any more; with none to drop,
+  the read waits for the next ask.
 - GPU slots: `max_loras` of them. A step's adapters are copied into slots as needed
   (asynchronously, ordered on the stream after the steps already launched), taking a
   free slot, else the least recently used slot of an adapter no request of this runner
@@ -69,6 +71,8 @@ class LoRAManager:
         self.host: OrderedDict[int, SlotWeights] = OrderedDict()  # least recent first
         self.slots: list[int | None] = [None] * context.num_slots
         self._slot_order: OrderedDict[int, int] = OrderedDict()  # adapter id -> slot
+        self._promised: set[int] = set()  # ready for the scheduler, not in a slot yet
+        self._held: set[int] = set()  # adapters of the requests of the last step
         self._loader = ThreadPoolExecutor(1, thread_name_prefix="pagoda-lora-load")
         pin = self._device.type == "cuda"
         size = context.tokens.sorted_tokens.numel() + 2 * context.num_slots
@@ -84,14 +88,16 @@ class LoRAManager:
         if self._num_held() < self.config.max_cpu_loras:
             self.load(spec.lora_id)
 
-    def load(self, lora_id: int) -> None:
-        """Start reading an adapter's host copy in the background, dropping the least
-        recently used copy outside the GPU slots if the limit needs it (a no-op when the
-        copy is held or being read)."""
+    def load(self, lora_id: int, force: bool = False) -> None:
+        """Start reading an adapter's host copy in the background, dropping a copy
+        nothing needs if the limit asks for it; without one to drop the read waits for
+        the next call, unless `force` (a slot needs the copy now). A no-op when the copy
+        is held or being read."""
         adapter = self.adapters[lora_id]
         self._collect(adapter)
         if adapter.load is None and lora_id not in self.host:
-            self._make_host_room()
+            if not self._make_host_room() and not force:
+                return
             adapter.error = None
             adapter.load = self._loader.submit(self._read, adapter.spec)
 
@@ -99,6 +105,7 @@ class LoRAManager:
         """Forget an adapter: its host copy and its GPU slot (which no request uses)."""
         self.adapters.pop(lora_id, None)
         self.host.pop(lora_id, None)
+        self._promised.discard(lora_id)
         slot = self._slot_order.pop(lora_id, None)
         if slot is not None:
             self.slots[slot] = None
@@ -111,10 +118,13 @@ class LoRAManager:
         if adapter is None:
             return False
         self._collect(adapter)
+        if lora_id in self._slot_order:
+            return True
         if lora_id in self.host:
             self.host.move_to_end(lora_id)
+            self._promised.add(lora_id)
             return True
-        return lora_id in self._slot_order
+        return False
 
     def failure(self, lora_id: int) -> str | None:
         adapter = self.adapters.get(lora_id)
@@ -151,6 +161,7 @@ class LoRAManager:
         """Put the step's adapters into GPU slots and stage which tokens use which.
         `held`: the adapters of every request the runner holds (running or preempted)."""
         tokens = self.context.tokens
+        self._held = held
         rows_by_slot: dict[int, list[int]] = {}
         in_step = {lora_id for lora_id in batch.lora_ids if lora_id is not None}
         for row, lora_id in enumerate(batch.lora_ids):
@@ -189,7 +200,7 @@ class LoRAManager:
         adapter = self.adapters[lora_id]
         if lora_id not in self.host:
             if adapter.load is None:
-                self.load(lora_id)  # this rank dropped its copy: read it now
+                self.load(lora_id, force=True)  # this rank dropped its copy: read it now
             adapter.load.exception()  # a rank whose read lags rank 0's waits for it here
             self._collect(adapter)
         if adapter.error is not None:
@@ -205,6 +216,7 @@ class LoRAManager:
                 module.lora.b[slot].copy_(pieces[1], non_blocking=True)
         self.slots[slot] = lora_id
         self._slot_order[lora_id] = slot
+        self._promised.discard(lora_id)
         adapter.counts["gpu_loads"] += 1
         logger.info("LoRA adapter %s in GPU slot %d", adapter.spec.name, slot)
 
@@ -271,17 +283,27 @@ class LoRAManager:
         """Host copies held or being read."""
         return len(self.host) + sum(1 for a in self.adapters.values() if a.load is not None)
 
-    def _make_host_room(self) -> None:
-        """Before a read starts: drop least recently used host copies outside the GPU
-        slots until one more fits `max_cpu_loras` (reads in flight count)."""
+    def _make_host_room(self) -> bool:
+        """Before a read starts: drop least recently used host copies nothing needs until
+        one more fits `max_cpu_loras` (reads in flight count); False if none could go."""
         while self._num_held() >= self.config.max_cpu_loras:
-            victim = next((i for i in self.host if i not in self._slot_order), None)
+            victim = self._host_victim()
             if victim is None:
-                return  # every host copy backs a GPU slot: hold one more for a while
+                return False
             del self.host[victim]
             self.adapters[victim].counts["cpu_evictions"] += 1
             name = self.adapters[victim].spec.name
             logger.info("LoRA adapter %s dropped from host memory (least recently used)", name)
+        return True
+
+    def _host_victim(self) -> int | None:
+        """The least recently used host copy outside the slots, else one in a slot whose
+        adapter no request holds (its slot keeps the weights on the GPU); never one the
+        scheduler was just told is ready."""
+        candidates = [i for i in self.host if i not in self._promised]
+        idle = [i for i in candidates if i not in self._slot_order]
+        spare = [i for i in candidates if i in self._slot_order and i not in self._held]
+        return next(iter(idle + spare), None)
 
     def shutdown(self) -> None:
         self._loader.shutdown(wait=False, cancel_futures=True)
