@@ -53,12 +53,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from pagoda.operator.images import DEFAULT_ENGINE_IMAGE
+    from pagoda.operator.images import DEFAULT_ENGINE_IMAGE, DEFAULT_ROUTER_IMAGE
 
     parser.add_argument(
         "--engine-image",
         default=os.environ.get("PAGODA_ENGINE_IMAGE", DEFAULT_ENGINE_IMAGE),
         help="engine image for InferenceServices that name none ($PAGODA_ENGINE_IMAGE)",
+    )
+    parser.add_argument(
+        "--router-image",
+        default=os.environ.get("PAGODA_ROUTER_IMAGE", DEFAULT_ROUTER_IMAGE),
+        help="router image for InferenceServices that name none: one with "
+        "`python -m pagoda.operator.router`, e.g. the operator's ($PAGODA_ROUTER_IMAGE)",
     )
     parser.add_argument(
         "--http-address", default="0.0.0.0:8080", help="HOST:PORT of /metrics and /healthz"
@@ -100,7 +106,9 @@ def run(args: argparse.Namespace) -> int:
     config = OperatorConfig(
         args.engine_image, args.http_address, args.peering_lifetime, args.resync_seconds
     )
-    reconciler = Reconciler(Kube(api_client()), args.engine_image, post_event, adopt)
+    reconciler = Reconciler(
+        Kube(api_client()), args.engine_image, post_event, adopt, router_image=args.router_image
+    )
     priority = default_priority() if args.priority is None else args.priority
     log.info("pagoda operator %s, peering priority %d", args.identity or "", priority)
     kopf.run(

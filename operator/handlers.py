@@ -97,6 +97,23 @@ def monitor_event(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_:
     _child_event(body, "servicemonitor", memo, logger)
 
 
+@kopf.on.event("v1", "serviceaccounts", labels=MANAGED_BY_LABEL)
+def service_account_event(
+    body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any
+) -> None:
+    _child_event(body, "serviceaccount", memo, logger)
+
+
+@kopf.on.event("rbac.authorization.k8s.io", "v1", "roles", labels=MANAGED_BY_LABEL)
+def role_event(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+    _child_event(body, "role", memo, logger)
+
+
+@kopf.on.event("rbac.authorization.k8s.io", "v1", "rolebindings", labels=MANAGED_BY_LABEL)
+def role_binding_event(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+    _child_event(body, "rolebinding", memo, logger)
+
+
 @kopf.on.event("v1", "pods", labels=MANAGED_BY_LABEL)
 def pod_event(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
     _child_event(body, "pod", memo, logger)

@@ -6,3 +6,5 @@ dependencies installed. images/engine/Dockerfile builds this name.
 """
 
 DEFAULT_ENGINE_IMAGE = "ghcr.io/pagoda-serving/pagoda-engine:0.1.0"
+# The router runs from the operator image (no torch): `python -m pagoda.operator.router`.
+DEFAULT_ROUTER_IMAGE = "ghcr.io/pagoda-serving/pagoda-operator:0.1.0"

@@ -61,7 +61,23 @@ POD = Kind("v1", "Pod", "pods")
 PDB = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
 SERVICE_MONITOR = Kind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors")
 INFERENCE_SERVICE = Kind("serving.pagoda.dev/v1alpha1", "InferenceService", "inferenceservices")
-KINDS = {k.kind: k for k in (DEPLOYMENT, SERVICE, POD, PDB, SERVICE_MONITOR, INFERENCE_SERVICE)}
+SERVICE_ACCOUNT = Kind("v1", "ServiceAccount", "serviceaccounts")
+ROLE = Kind("rbac.authorization.k8s.io/v1", "Role", "roles")
+ROLE_BINDING = Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings")
+KINDS = {
+    k.kind: k
+    for k in (
+        DEPLOYMENT,
+        SERVICE,
+        POD,
+        PDB,
+        SERVICE_MONITOR,
+        INFERENCE_SERVICE,
+        SERVICE_ACCOUNT,
+        ROLE,
+        ROLE_BINDING,
+    )
+}
 
 
 def kind_of(manifest: dict[str, Any]) -> Kind:

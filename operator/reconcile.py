@@ -21,6 +21,7 @@ from pagoda.operator.api.types import InferenceServiceStatus
 from pagoda.operator.builders import names
 from pagoda.operator.builders.context import BuildOptions, Isvc
 from pagoda.operator.builders.monitor import MONITORING_API_VERSION
+from pagoda.operator.images import DEFAULT_ROUTER_IMAGE
 from pagoda.operator.kube import DEPLOYMENT, INFERENCE_SERVICE, POD, ApiError, Kube, kind_of
 from pagoda.operator.status import Observed, Problem, compute_status, transitions
 
@@ -60,9 +61,11 @@ class Reconciler:
         post_event: PostEvent,
         adopt: Adopt,
         clock: Callable[[], str] = utc_now,
+        router_image: str = DEFAULT_ROUTER_IMAGE,
     ) -> None:
         self.kube = kube
         self.engine_image = engine_image
+        self.router_image = router_image
         self.post_event = post_event
         self.adopt = adopt
         self.clock = clock
@@ -97,9 +100,10 @@ class Reconciler:
         previous = _status_of(body)
         spec_changed = previous is None or previous.observed_generation != isvc.generation
         monitoring = self.kube.serves(MONITORING_API_VERSION, "servicemonitors")
-        options = BuildOptions(self.engine_image, monitoring_available=monitoring)
+        options = BuildOptions(self.engine_image, monitoring, self.router_image)
         problem = self._apply_children(body, isvc, options, spec_changed)
-        selector = names.selector_string(names.selector(isvc) | names.MANAGED_BY_LABEL)
+        # the engines' Deployments and pods (the router's are no revision of the model)
+        selector = names.selector_string(names.engine_selector(isvc) | names.MANAGED_BY_LABEL)
         deployments = self.kube.list(DEPLOYMENT, isvc.namespace, selector)
         deployments = self._retire_old_revisions(body, isvc, deployments)
         pods = self.kube.list(POD, isvc.namespace, selector)

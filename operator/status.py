@@ -163,7 +163,7 @@ def compute_status(
         updated_replicas=_count(
             [d for d in [_current(isvc, observed.deployments)] if d], "updatedReplicas"
         ),
-        selector=names.selector_string(names.selector(isvc)),
+        selector=names.selector_string(names.engine_selector(isvc)),
         current_revision=serving_revision(isvc, observed, previous),
         conditions=stamped,
     )

@@ -12,6 +12,7 @@ def build_parser() -> argparse.ArgumentParser:
     from pagoda import __version__
     from pagoda.engine import cli as engine_cli
     from pagoda.operator import cli as operator_cli
+    from pagoda.operator.router import cli as router_cli
 
     parser = argparse.ArgumentParser(prog="pagoda", description=__doc__)
     parser.add_argument("--version", action="version", version=f"pagoda {__version__}")
@@ -19,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     engine_cli.register(subparsers)
     operator_cli.register(subparsers)
+    router_cli.register(subparsers)
     return parser
 
 

@@ -109,8 +109,15 @@ class Autoscaling(ApiModel):
     )
 
     mode: Literal["builtin", "external"] = "builtin"
+    """`builtin`: the operator writes `spec.replicas`; `external`: it never does, and an
+    HPA or KEDA drives the scale subresource."""
+
     min_replicas: int = Field(default=1, ge=0)
+    """The fewest engine pods to keep."""
+
     max_replicas: int = Field(default=1, ge=1)
+    """The most engine pods to run."""
+
     target_queue_depth: float = Field(default=8.0, gt=0)
     """Waiting requests per replica the autoscaler aims for."""
 
@@ -120,6 +127,7 @@ class Autoscaling(ApiModel):
     """KV-cache usage (0..1] per replica the autoscaler aims for."""
 
     scale_down_delay_seconds: int = Field(default=300, ge=0)
+    """How long load must stay low before a replica is removed."""
 
 
 class Rollout(ApiModel):
@@ -173,6 +181,36 @@ class PodTemplate(ApiModel):
     image_pull_secrets: list[Passthrough] = Field(default_factory=list)
 
 
+RoutingPolicy = Literal["prefix", "least-loaded", "round-robin"]
+
+
+class RouterSpec(ApiModel):
+    """The router in front of the engines (`pagoda router`): the `<name>-router` pods
+    that the Service `<name>` selects. They send each request to a ready engine pod by
+    load, prompt-prefix affinity and adapter residency, retry before the first byte, and
+    hold requests while no engine is ready."""
+
+    image: str | None = Field(default=None, min_length=1)
+    """The router image (default: the operator's `--router-image`)."""
+
+    replicas: int = Field(default=2, ge=1, le=64)
+    """Router pods, spread across nodes (a PodDisruptionBudget keeps one up)."""
+
+    resources: Resources = Field(default_factory=Resources)
+    """The router container's resources (default: requests of 250m CPU and 256Mi)."""
+
+    routing: RoutingPolicy = "prefix"
+    """`prefix`: prompt-prefix affinity within a load bound, else least loaded;
+    `least-loaded`; `round-robin`."""
+
+    queue_timeout_seconds: int = Field(default=60, ge=1, le=3600)
+    """How long a request waits for a ready engine (e.g. while the first one starts)
+    before it gets 503 with Retry-After."""
+
+    max_held_requests: int = Field(default=1024, ge=0, le=1_000_000)
+    """Requests that may wait at once for a ready engine, per router pod; more get 503."""
+
+
 class Monitoring(ApiModel):
     """Prometheus scraping of the engine's /metrics (a ServiceMonitor, created only when
     the Prometheus Operator's CRDs exist)."""
@@ -212,6 +250,7 @@ class InferenceServiceSpec(ApiModel):
     then both modes keep `replicas` as written (by a user, an HPA or KEDA)."""
 
     rollout: Rollout = Field(default_factory=Rollout)
+    router: RouterSpec = Field(default_factory=RouterSpec)
     template: PodTemplate = Field(default_factory=PodTemplate)
     monitoring: Monitoring = Field(default_factory=Monitoring)
 

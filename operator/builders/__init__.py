@@ -9,18 +9,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from pagoda.operator.builders import router
 from pagoda.operator.builders.context import BuildOptions, Isvc
 from pagoda.operator.builders.deployment import deployment
-from pagoda.operator.builders.monitor import service_monitor
-from pagoda.operator.builders.service import disruption_budget, service
+from pagoda.operator.builders.monitor import router_monitor, service_monitor
+from pagoda.operator.builders.service import disruption_budget, engines_service, service
 
 
 def children(isvc: Isvc, options: BuildOptions) -> list[dict[str, Any]]:
-    """Every child, in the order they are applied (the Service first, so endpoints exist
-    as soon as the first pod is ready)."""
-    built = [service(isvc), deployment(isvc, options), disruption_budget(isvc)]
+    """Every child, in the order they are applied: the engines' Service and the router
+    (which waits for ready engines), the front Service, then the engines."""
+    built = [
+        engines_service(isvc),
+        *router.children(isvc, options),
+        service(isvc),
+        deployment(isvc, options),
+        disruption_budget(isvc),
+    ]
     if options.monitoring_available and isvc.spec.monitoring.enabled:
-        built.append(service_monitor(isvc))
+        built += [service_monitor(isvc), router_monitor(isvc)]
     return built
 
 

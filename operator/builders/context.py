@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pagoda.operator.api.types import InferenceServiceSpec
-from pagoda.operator.images import DEFAULT_ENGINE_IMAGE
+from pagoda.operator.images import DEFAULT_ENGINE_IMAGE, DEFAULT_ROUTER_IMAGE
 
 
 @dataclass(frozen=True)
@@ -17,6 +17,7 @@ class BuildOptions:
 
     engine_image: str = DEFAULT_ENGINE_IMAGE
     monitoring_available: bool = False  # the Prometheus Operator's CRDs exist
+    router_image: str = DEFAULT_ROUTER_IMAGE
 
 
 @dataclass(frozen=True)

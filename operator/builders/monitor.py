@@ -1,4 +1,5 @@
-"""A ServiceMonitor for the Prometheus Operator (built only when its CRDs exist)."""
+"""ServiceMonitors for the Prometheus Operator (built only when its CRDs exist): one for
+the engines (through their headless Service) and one for the routers."""
 
 from __future__ import annotations
 
@@ -10,19 +11,29 @@ from pagoda.operator.builders.context import Isvc
 MONITORING_API_VERSION = "monitoring.coreos.com/v1"
 
 
-def service_monitor(isvc: Isvc) -> dict[str, Any]:
+def _monitor(isvc: Isvc, name: str, component: str, port: str) -> dict[str, Any]:
     return {
         "apiVersion": MONITORING_API_VERSION,
         "kind": "ServiceMonitor",
-        "metadata": {"name": isvc.name, "namespace": isvc.namespace, "labels": names.labels(isvc)},
+        "metadata": {
+            "name": name,
+            "namespace": isvc.namespace,
+            "labels": names.labels(isvc, component),
+        },
         "spec": {
-            "selector": {"matchLabels": names.selector(isvc)},
+            "selector": {"matchLabels": names.selector(isvc) | {names.LABEL_COMPONENT: component}},
             "endpoints": [
-                {
-                    "port": names.ENGINE_PORT_NAME,
-                    "path": "/metrics",
-                    "interval": isvc.spec.monitoring.interval,
-                }
+                {"port": port, "path": "/metrics", "interval": isvc.spec.monitoring.interval}
             ],
         },
     }
+
+
+def service_monitor(isvc: Isvc) -> dict[str, Any]:
+    """The engines' /metrics (pagoda:*)."""
+    return _monitor(isvc, isvc.name, names.ENGINE, names.ENGINE_PORT_NAME)
+
+
+def router_monitor(isvc: Isvc) -> dict[str, Any]:
+    """The routers' /metrics (pagoda_router:*)."""
+    return _monitor(isvc, names.router_name(isvc), names.ROUTER, "http")

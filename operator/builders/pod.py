@@ -14,6 +14,10 @@ from pagoda.operator.builders.model import MODEL_MOUNT, model_location
 HEALTH_PATH = "/health"
 STARTUP_PERIOD_S = 10
 TERMINATION_MARGIN_S = 15  # beyond the engine's drain: its own shutdown and the exit
+# Before SIGTERM, a terminating pod keeps serving this long: the routers watch pods and
+# take it out of their sets the moment it turns terminating, so by the time it drains
+# (and answers 503) no router sends it new requests.
+PRE_STOP_SLEEP_S = 5
 SCRATCH_MOUNT = "/tmp"  # the one writable folder (HOME, Triton and torch caches)
 # GPU nodes are often tainted so that only GPU pods land there
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
@@ -81,6 +85,7 @@ def engine_container(isvc: Isvc, options: BuildOptions) -> dict[str, Any]:
         "env": env(isvc),
         "resources": resources(isvc),
         **probes(isvc),
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_S}}},
         "volumeMounts": [
             {"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True},
             {"name": "dshm", "mountPath": "/dev/shm"},
@@ -109,7 +114,7 @@ def pod_spec(isvc: Isvc, options: BuildOptions) -> dict[str, Any]:
         "containers": [engine_container(isvc, options)],
         "volumes": volumes(isvc),
         "terminationGracePeriodSeconds": (
-            isvc.spec.engine.drain_timeout_seconds + TERMINATION_MARGIN_S
+            PRE_STOP_SLEEP_S + isvc.spec.engine.drain_timeout_seconds + TERMINATION_MARGIN_S
         ),
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,  # the engine never calls the API server

@@ -13,7 +13,7 @@ from typing import Any
 
 from pagoda.operator.kube import ApiError, Kind, kind_of
 
-KINDS_WITHOUT_GENERATION = ("Service", "Pod")
+KINDS_WITHOUT_GENERATION = ("Service", "Pod", "ServiceAccount", "Role", "RoleBinding")
 
 
 class MemoryKube:

@@ -8,7 +8,7 @@ from pagoda.operator.builders import BuildOptions, children
 from pagoda.operator.builders.deployment import deployment
 from pagoda.operator.builders.model import model_location
 from pagoda.operator.builders.pod import engine_args
-from pagoda.operator.builders.service import disruption_budget, service
+from pagoda.operator.builders.service import disruption_budget, engines_service, service
 
 
 def container(manifest: dict) -> dict:
@@ -161,23 +161,47 @@ def test_rollout_settings_reach_the_deployment(make_isvc, options):
     assert strategy["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
 
 
-def test_service_and_budget_select_every_revision(make_isvc):
+def test_the_front_service_selects_the_routers_and_the_engines_get_their_own(make_isvc):
     isvc = make_isvc()
-    assert service(isvc)["spec"]["selector"] == {"serving.pagoda.dev/inferenceservice": "llama"}
-    assert service(isvc)["spec"]["ports"][0]["targetPort"] == "http"
+    front = service(isvc)["spec"]
+    assert front["selector"] == {
+        "serving.pagoda.dev/inferenceservice": "llama",
+        "app.kubernetes.io/component": "router",
+    }
+    assert (front["ports"][0]["port"], front["ports"][0]["targetPort"]) == (80, "http")
+    engines = engines_service(isvc)
+    assert engines["metadata"]["name"] == "llama-engines"
+    assert engines["spec"]["clusterIP"] == "None"
+    every_revision = {
+        "serving.pagoda.dev/inferenceservice": "llama",
+        "app.kubernetes.io/component": "engine",
+    }
+    assert engines["spec"]["selector"] == every_revision
     budget = disruption_budget(isvc)["spec"]
-    assert budget["selector"]["matchLabels"] == {"serving.pagoda.dev/inferenceservice": "llama"}
+    assert budget["selector"]["matchLabels"] == every_revision
 
 
-def test_monitor_only_when_the_prometheus_operator_is_there(make_isvc):
+def test_monitors_only_when_the_prometheus_operator_is_there(make_isvc):
     isvc = make_isvc()
     kinds = [c["kind"] for c in children(isvc, BuildOptions(monitoring_available=False))]
-    assert kinds == ["Service", "Deployment", "PodDisruptionBudget"]
+    assert kinds == [
+        "Service",  # the engines' headless one
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "Deployment",  # the router
+        "PodDisruptionBudget",
+        "Service",  # the front door
+        "Deployment",  # the engines of the revision
+        "PodDisruptionBudget",
+    ]
     with_monitor = children(isvc, BuildOptions(monitoring_available=True))
-    assert with_monitor[-1]["kind"] == "ServiceMonitor"
-    assert with_monitor[-1]["spec"]["endpoints"][0]["path"] == "/metrics"
+    monitors = [c for c in with_monitor if c["kind"] == "ServiceMonitor"]
+    assert [m["metadata"]["name"] for m in monitors] == ["llama", "llama-router"]
+    assert monitors[0]["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "engine"
+    assert all(m["spec"]["endpoints"][0]["path"] == "/metrics" for m in monitors)
     disabled = make_isvc(monitoring={"enabled": False})
-    assert len(children(disabled, BuildOptions(monitoring_available=True))) == 3
+    assert len(children(disabled, BuildOptions(monitoring_available=True))) == 9
 
 
 def test_every_child_is_labelled_for_the_operator_and_namespaced(make_isvc):

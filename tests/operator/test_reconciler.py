@@ -11,7 +11,10 @@ from pagoda.operator.kube import (
     DEPLOYMENT,
     INFERENCE_SERVICE,
     PDB,
+    ROLE,
+    ROLE_BINDING,
     SERVICE,
+    SERVICE_ACCOUNT,
     SERVICE_MONITOR,
     ApiError,
 )
@@ -89,9 +92,11 @@ def test_the_first_reconcile_creates_every_child_and_writes_the_status(kube, eve
     create(kube)
     reconciler.reconcile(NAMESPACE, "llama", "create")
 
-    assert kube.names(SERVICE) == ["llama"]
-    assert kube.names(DEPLOYMENT) == ["llama-v1"]
-    assert kube.names(PDB) == ["llama"]
+    assert kube.names(SERVICE) == ["llama", "llama-engines"]
+    assert kube.names(DEPLOYMENT) == ["llama-router", "llama-v1"]
+    assert kube.names(PDB) == ["llama", "llama-router"]
+    for kind in (SERVICE_ACCOUNT, ROLE, ROLE_BINDING):
+        assert kube.names(kind) == ["llama-router"]
     assert kube.names(SERVICE_MONITOR) == []  # the Prometheus Operator is not installed
     deployment = kube.stored(DEPLOYMENT, NAMESPACE, "llama-v1")
     assert deployment["metadata"]["ownerReferences"] == [{"uid": "u-1"}]
@@ -99,7 +104,13 @@ def test_the_first_reconcile_creates_every_child_and_writes_the_status(kube, eve
     assert status(kube)["observedGeneration"] == 1
     assert condition(kube, "Ready")["status"] == "False"
     assert condition(kube, "Progressing")["reason"] == "RollingOut"
-    assert events.reasons()[:3] == [
+    assert events.reasons()[:9] == [
+        "ServiceCreated",
+        "ServiceAccountCreated",
+        "RoleCreated",
+        "RoleBindingCreated",
+        "DeploymentCreated",
+        "PodDisruptionBudgetCreated",
         "ServiceCreated",
         "DeploymentCreated",
         "PodDisruptionBudgetCreated",
@@ -141,7 +152,7 @@ def test_a_child_deleted_by_hand_is_restored(kube, events, reconciler):
 
     reconciler.reconcile(NAMESPACE, "llama", "poddisruptionbudget")
 
-    assert kube.names(PDB) == ["llama"]
+    assert kube.names(PDB) == ["llama", "llama-router"]
     assert events.take() == ["PodDisruptionBudgetRestored"]
 
 
@@ -179,17 +190,17 @@ def test_an_earlier_revision_is_retired_only_when_the_new_one_is_ready(kube, eve
     events.take()
 
     reconciler.reconcile(NAMESPACE, "llama", "update")
-    assert kube.names(DEPLOYMENT) == ["llama-v1", "llama-v2"]  # v1 serves meanwhile
+    assert kube.names(DEPLOYMENT) == ["llama-router", "llama-v1", "llama-v2"]  # v1 serves
     assert status(kube)["currentRevision"] == "v1"
     assert "DeploymentCreated" in events.take()
 
     set_ready(kube, "llama-v2", 1)  # one of two: not yet
     reconciler.reconcile(NAMESPACE, "llama", "deployment")
-    assert kube.names(DEPLOYMENT) == ["llama-v1", "llama-v2"]
+    assert kube.names(DEPLOYMENT) == ["llama-router", "llama-v1", "llama-v2"]
 
     set_ready(kube, "llama-v2", 2)
     reconciler.reconcile(NAMESPACE, "llama", "deployment")
-    assert kube.names(DEPLOYMENT) == ["llama-v2"]
+    assert kube.names(DEPLOYMENT) == ["llama-router", "llama-v2"]  # the router stays
     assert status(kube)["currentRevision"] == "v2"
     assert "DeploymentRetired" in events.take()
 
@@ -204,7 +215,7 @@ def test_a_child_the_api_server_refuses_is_reported_not_retried(kube, events, re
     assert (degraded["status"], degraded["reason"]) == ("True", "InvalidSpec")
     assert "Deployment llama-v1: bad field x" in degraded["message"]
     assert ("Warning", "InvalidSpec") in [(t, r) for t, r, _ in events.events]
-    assert kube.names(PDB) == []  # nothing after the refused child was applied
+    assert kube.names(PDB) == ["llama-router"]  # nothing after the refused child was applied
 
     del kube.apply_errors[("Deployment", "llama-v1")]  # the user fixes the spec
     edit_spec(kube, replicas=1)
@@ -221,7 +232,7 @@ def test_a_child_whose_api_vanished_is_skipped_and_discovery_refreshed(kube, eve
     reconciler.reconcile(NAMESPACE, "llama", "create")
 
     assert kube.discovery_forgotten == 1
-    assert kube.names(DEPLOYMENT) == ["llama-v1"]
+    assert kube.names(DEPLOYMENT) == ["llama-router", "llama-v1"]
     assert condition(kube, "Degraded")["status"] == "False"
 
 
@@ -229,7 +240,7 @@ def test_a_service_monitor_is_applied_when_its_api_is_served(kube, reconciler):
     kube.served.add(MONITORS)
     create(kube)
     reconciler.reconcile(NAMESPACE, "llama", "create")
-    assert kube.names(SERVICE_MONITOR) == ["llama"]
+    assert kube.names(SERVICE_MONITOR) == ["llama", "llama-router"]
 
 
 @pytest.mark.parametrize("status_code", [500, 409, 0])

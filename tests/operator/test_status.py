@@ -42,7 +42,11 @@ def test_all_ready(make_isvc):
         "Degraded": ("False", "AsExpected"),
     }
     assert (status.replicas, status.ready_replicas, status.observed_generation) == (2, 2, 1)
-    assert status.selector == "serving.pagoda.dev/inferenceservice=llama"
+    # the engine pods only (the scale subresource's selector: what an HPA counts)
+    assert (
+        status.selector
+        == "app.kubernetes.io/component=engine,serving.pagoda.dev/inferenceservice=llama"
+    )
     assert status.current_revision == "v1"
 
 

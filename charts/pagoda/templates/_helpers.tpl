@@ -85,6 +85,17 @@ pagoda.engine.image: the default engine image, "<repository>:<tag>" as for the o
 {{- end }}
 
 {{/*
+pagoda.router.image: the default router image: the operator's unless router.image names one.
+*/}}
+{{- define "pagoda.router.image" -}}
+{{- if .Values.router.image.repository }}
+{{- printf "%s:%s" .Values.router.image.repository (default .Chart.AppVersion .Values.router.image.tag) }}
+{{- else }}
+{{- include "pagoda.operator.image" . }}
+{{- end }}
+{{- end }}
+
+{{/*
 pagoda.peeringName: the ClusterKopfPeering the operator replicas share.
 */}}
 {{- define "pagoda.peeringName" -}}

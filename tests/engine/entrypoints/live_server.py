@@ -25,8 +25,10 @@ def free_port() -> int:
 
 
 class LiveServer:
-    def __init__(self, model_dir: Path, log_dir: Path, *flags: str) -> None:
-        self.port = free_port()
+    def __init__(
+        self, model_dir: Path, log_dir: Path, *flags: str, port: int | None = None
+    ) -> None:
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_dir / f"server-{self.port}.log"
         command = [sys.executable, "-m", "pagoda.cli", "serve", str(model_dir)]

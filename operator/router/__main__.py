@@ -1,0 +1,5 @@
+import sys
+
+from pagoda.operator.router.cli import main
+
+sys.exit(main())
