@@ -11,13 +11,19 @@ it leaves these pods alone and the PodBacker does a kubelet's job for them inste
    real readiness;
 3. the process exits: the container shows as terminated and, under restartPolicy Always,
    restarts with restartCount + 1;
-4. the pod is deleted: SIGTERM, then SIGKILL after the grace period, then the pod object
-   is removed (grace 0), as the kubelet does.
+4. the pod is deleted: its preStop `sleep` runs (the process keeps serving meanwhile, so
+   endpoints can turn terminating first), then SIGTERM, then SIGKILL once the grace period
+   is spent, then the pod object is removed (grace 0), as the kubelet does; each pod's
+   termination runs in its own thread, so one slow drain never holds up the others.
 
 The command comes from the pod's `e2e.pagoda.dev/command` annotation (a JSON argv), else
-from the first registered `Backend` whose selector matches the pod's labels. `{pod_ip}`,
+from the first registered `Backend` whose selector matches the pod's labels (newest first,
+so a test's own Backend wins over a general one). `{pod_ip}`,
 `{port}`, `{pod_name}` and `{namespace}` in it are filled in; the process also gets
-POD_IP, POD_NAME, POD_NAMESPACE, NODE_NAME and the container's literal env values.
+POD_IP, POD_NAME, POD_NAMESPACE, NODE_NAME and the container's literal env values, and,
+when the pod mounts its ServiceAccount's token (the default), KUBECONFIG: a kubeconfig
+with a TokenRequest token of that ServiceAccount, so the process calls the API server
+with exactly the rights its RBAC grants (a Backend's own KUBECONFIG takes precedence).
 """
 
 from __future__ import annotations
@@ -27,10 +33,12 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from e2e import podstatus
+from e2e import kubeconfig, podstatus
 from e2e.podstatus import BACKED_ANNOTATION, Probe
 from e2e.procs import Proc, spawn, stop
 
@@ -39,15 +47,28 @@ log = logging.getLogger(__name__)
 BACKED_IP_RANGE = "127.200.0.0/16"  # apart from kwok's per-node ranges: no shared allocator
 MAX_GRACE_S = 10.0
 RESTART_BACKOFF_S = 1.0  # the kubelet backs off from 10 s; tests want quick restarts
+TOKEN_LIFETIME_S = 3 * 3600
+
+
+@dataclass(frozen=True)
+class ApiServer:
+    """Where backed processes reach the API server: its URL and the CA that signed it."""
+
+    server: str
+    ca_cert: Path
 
 
 @dataclass(frozen=True)
 class Backend:
-    """Runs pods whose labels include all of `selector` with the argv template `argv`."""
+    """Runs pods whose labels include all of `selector` with the argv template `argv`, or
+    the template a function of the pod returns (to run each pod's own container args)."""
 
     selector: dict[str, str]
-    argv: list[str]
+    argv: list[str] | Callable[[Any], list[str]]
     env: dict[str, str] = field(default_factory=dict)
+
+    def template_for(self, pod) -> list[str]:
+        return self.argv(pod) if callable(self.argv) else self.argv
 
     def matches(self, labels: dict[str, str]) -> bool:
         return all(labels.get(k) == v for k, v in self.selector.items())
@@ -75,6 +96,7 @@ class PodBacker:
         extra_env: dict[str, str] | None = None,
         ip_range: str = BACKED_IP_RANGE,
         period_s: float = 0.3,
+        api_server: ApiServer | None = None,
     ) -> None:
         from kubernetes import client
 
@@ -85,7 +107,9 @@ class PodBacker:
         self.extra_env = dict(extra_env or {})  # e.g. the cluster's marker for teardown
         self.ip_range = ipaddress.ip_network(ip_range)
         self.period_s = period_s
+        self.api_server = api_server  # None: processes get no ServiceAccount kubeconfig
         self.pods: dict[str, _Backed] = {}  # by pod uid
+        self.terminating: dict[str, threading.Thread] = {}  # by pod uid
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -121,6 +145,8 @@ class PodBacker:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        for thread in list(self.terminating.values()):
+            thread.join(timeout=MAX_GRACE_S + 5)
         for backed in self.pods.values():
             if backed.proc is not None:
                 stop(backed.proc, grace_s=MAX_GRACE_S)
@@ -134,11 +160,14 @@ class PodBacker:
         for pod in pods:
             seen.add(pod.metadata.uid)
             if pod.metadata.deletion_timestamp is not None:
-                self._terminate(pod)
+                if pod.metadata.uid not in self.terminating:
+                    self._start_termination(pod)
             elif pod.spec.node_name:
                 self._sync(pod)
         for uid in set(self.pods) - seen:  # deleted behind our back (grace 0 by a user)
             self._forget(uid)
+        for uid in [u for u, t in self.terminating.items() if not t.is_alive()]:
+            del self.terminating[uid]
 
     def _sync(self, pod) -> None:
         backed = self.pods.get(pod.metadata.uid)
@@ -209,13 +238,13 @@ class PodBacker:
         template = podstatus.command_from_annotation(pod)
         backend_env: dict[str, str] = {}
         if template is None:
-            backend = next((b for b in self.backends if b.matches(labels)), None)
+            backend = next((b for b in reversed(self.backends) if b.matches(labels)), None)
             if backend is None:
                 raise ValueError(
                     f"no {podstatus.COMMAND_ANNOTATION} annotation and no "
                     f"registered Backend matches labels {labels}"
                 )
-            template, backend_env = backend.argv, backend.env
+            template, backend_env = backend.template_for(pod), backend.env
         values = {
             "pod_ip": ip,
             "port": podstatus.container_port(container),
@@ -234,13 +263,47 @@ class PodBacker:
                 "NODE_NAME": pod.spec.node_name,
             }
         )
+        if "KUBECONFIG" not in env and (path := self._service_account_kubeconfig(pod)):
+            env["KUBECONFIG"] = str(path)
         return argv, env
+
+    def _service_account_kubeconfig(self, pod) -> Path | None:
+        """The kubelet's projected token, as a kubeconfig file: None when the pod opts
+        out (automountServiceAccountToken: false) or the backer has no API server."""
+        account = pod.spec.service_account_name
+        if (
+            self.api_server is None
+            or not account
+            or pod.spec.automount_service_account_token is False
+        ):
+            return None
+        request = {"spec": {"expirationSeconds": TOKEN_LIFETIME_S}}
+        token = self.core.create_namespaced_service_account_token(
+            account, pod.metadata.namespace, request
+        ).status.token
+        path = self.log_dir / "tokens" / f"{pod.metadata.namespace}_{pod.metadata.name}.kubeconfig"
+        path.parent.mkdir(exist_ok=True)
+        user = f"system:serviceaccount:{pod.metadata.namespace}:{account}"
+        return kubeconfig.write_token(
+            path, self.api_server.server, self.api_server.ca_cert, token, user
+        )
+
+    def _start_termination(self, pod) -> None:
+        thread = threading.Thread(
+            target=self._terminate, args=(pod,), name=f"terminate-{_key(pod)}", daemon=True
+        )
+        self.terminating[pod.metadata.uid] = thread
+        thread.start()
 
     def _terminate(self, pod) -> None:
         backed = self.pods.pop(pod.metadata.uid, None)
         if backed is not None and backed.proc is not None:
-            grace = pod.metadata.deletion_grace_period_seconds or 0
-            stop(backed.proc, grace_s=min(float(grace), MAX_GRACE_S))
+            grace = min(float(pod.metadata.deletion_grace_period_seconds or 0), MAX_GRACE_S)
+            pre_stop = min(_pre_stop_sleep_s(pod.spec.containers[0]), grace)
+            if pre_stop > 0:
+                log.info("pod %s: preStop sleep %.0f s", _key(pod), pre_stop)
+                time.sleep(pre_stop)
+            stop(backed.proc, grace_s=grace - pre_stop)
         from kubernetes.client.exceptions import ApiException
 
         try:  # what the kubelet does once containers are gone
@@ -277,6 +340,19 @@ class PodBacker:
             if str(host) not in used and _can_bind(str(host), port):
                 return str(host)
         raise RuntimeError(f"no free address left in {self.ip_range}")
+
+
+def _pre_stop_sleep_s(container) -> float:
+    """The container's preStop `sleep` action (or `exec: [sleep, N]`), in seconds."""
+    handler = container.lifecycle and container.lifecycle.pre_stop
+    if handler is None:
+        return 0.0
+    if handler.sleep is not None:
+        return float(handler.sleep.seconds)
+    command = (handler._exec and handler._exec.command) or []
+    if len(command) == 2 and command[0] in ("sleep", "/bin/sleep") and command[1].isdigit():
+        return float(command[1])
+    return 0.0
 
 
 def _can_bind(host: str, port: int) -> bool:

@@ -22,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from e2e import components, kubeconfig, pki
-from e2e.backing import Backend, PodBacker
+from e2e.backing import ApiServer, Backend, PodBacker
 from e2e.components import Layout, Ports
 from e2e.nodes import DEFAULT_NODES, GpuNode, create_nodes, nodes_ready
 from e2e.procs import (
@@ -96,7 +96,10 @@ class Cluster:
     def backer(self, api_client, backends: list[Backend] | None = None) -> PodBacker:
         """A PodBacker for this cluster (not started): pods' logs go to logs/pods/."""
         name, _, value = self.marker.partition("=")
-        return PodBacker(api_client, self.layout.logs / "pods", backends, {name: value})
+        api_server = ApiServer(self.server, Path(self.layout.pem("ca.crt")))
+        return PodBacker(
+            api_client, self.layout.logs / "pods", backends, {name: value}, api_server=api_server
+        )
 
     def start_backer_daemon(self) -> Proc:
         """Run the pod backer as a process of the cluster (what `make cluster-up` does)."""

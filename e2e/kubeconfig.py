@@ -12,6 +12,17 @@ CLUSTER_NAME = "pagoda-e2e"
 
 
 def write(path: Path, server: str, ca_cert: Path, client: KeyPair, user: str) -> Path:
+    """Logs in with a client certificate (the components, the admin)."""
+    credentials = {"client-certificate": str(client.cert), "client-key": str(client.key)}
+    return _write(path, server, ca_cert, user, credentials)
+
+
+def write_token(path: Path, server: str, ca_cert: Path, token: str, user: str) -> Path:
+    """Logs in with a bearer token (a ServiceAccount's, from the TokenRequest API)."""
+    return _write(path, server, ca_cert, user, {"token": token})
+
+
+def _write(path: Path, server: str, ca_cert: Path, user: str, credentials: dict) -> Path:
     config = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -21,12 +32,7 @@ def write(path: Path, server: str, ca_cert: Path, client: KeyPair, user: str) ->
                 "cluster": {"server": server, "certificate-authority": str(ca_cert)},
             }
         ],
-        "users": [
-            {
-                "name": user,
-                "user": {"client-certificate": str(client.cert), "client-key": str(client.key)},
-            }
-        ],
+        "users": [{"name": user, "user": credentials}],
         "contexts": [{"name": CLUSTER_NAME, "context": {"cluster": CLUSTER_NAME, "user": user}}],
         "current-context": CLUSTER_NAME,
     }

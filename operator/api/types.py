@@ -143,6 +143,9 @@ class Rollout(ApiModel):
     )
 
     strategy: Literal["RollingUpdate"] = "RollingUpdate"
+    """`RollingUpdate`, the only strategy: new pods start before old ones stop, within
+    maxSurge and maxUnavailable."""
+
     max_surge: int = Field(default=1, ge=0)
     """Extra pods (and so extra GPUs) a rollout may start above `replicas`."""
 
@@ -154,11 +157,14 @@ class Resources(ApiModel):
     """Container resources (as a Pod's); the GPU request defaults to tensorParallelSize."""
 
     limits: dict[str, IntOrString] = Field(default_factory=dict)
+    """Most of each resource the container may use, e.g. `cpu: "4"`, `memory: 64Gi`."""
+
     requests: dict[str, IntOrString] = Field(default_factory=dict)
+    """What the scheduler reserves for the container, e.g. `cpu: "2"`, `memory: 32Gi`."""
 
 
 class PodTemplate(ApiModel):
-    """Passed through to the engine pods."""
+    """Passed through to the engine pods (the router pods have spec.router.template)."""
 
     model_config = ConfigDict(
         json_schema_extra=cel(
@@ -171,14 +177,58 @@ class PodTemplate(ApiModel):
     )
 
     labels: dict[str, str] = Field(default_factory=dict, max_length=64)
+    """Extra labels on the engine pods (not under serving.pagoda.dev/)."""
+
     annotations: dict[str, str] = Field(default_factory=dict)
+    """Extra annotations on the engine pods."""
+
     node_selector: dict[str, str] = Field(default_factory=dict)
+    """Node labels an engine pod's node must have, e.g. a GPU product."""
+
     tolerations: list[Passthrough] = Field(default_factory=list)
+    """Tolerations added to the engine pods' own (which tolerate nvidia.com/gpu taints)."""
+
     affinity: Passthrough | None = None
+    """A Pod affinity block for the engine pods, as Kubernetes spells it."""
+
     resources: Resources = Field(default_factory=Resources)
+    """The engine container's resources; the GPU limit defaults to
+    engine.tensorParallelSize."""
+
     service_account_name: str | None = None
+    """The engine pods' ServiceAccount (default: the namespace's `default`)."""
+
     priority_class_name: str | None = None
+    """The engine pods' PriorityClass."""
+
     image_pull_secrets: list[Passthrough] = Field(default_factory=list)
+    """Secrets for pulling the engine image from a private registry."""
+
+
+class RouterPodTemplate(ApiModel):
+    """Passed through to the router pods."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            (
+                "!has(self.labels) || self.labels.all(k, !k.startsWith('serving.pagoda.dev/'))",
+                "router.template.labels may not use the serving.pagoda.dev/ prefix: the "
+                "operator selects its pods with those labels",
+            )
+        )
+    )
+
+    labels: dict[str, str] = Field(default_factory=dict, max_length=64)
+    """Extra labels on the router pods (not under serving.pagoda.dev/)."""
+
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Extra annotations on the router pods (e.g. a service mesh's)."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    """Node labels a router pod's node must have (routers need no GPU)."""
+
+    tolerations: list[Passthrough] = Field(default_factory=list)
+    """Tolerations for the router pods."""
 
 
 RoutingPolicy = Literal["prefix", "least-loaded", "round-robin"]
@@ -210,13 +260,19 @@ class RouterSpec(ApiModel):
     max_held_requests: int = Field(default=1024, ge=0, le=1_000_000)
     """Requests that may wait at once for a ready engine, per router pod; more get 503."""
 
+    template: RouterPodTemplate = Field(default_factory=RouterPodTemplate)
+    """Labels, annotations and placement of the router pods."""
+
 
 class Monitoring(ApiModel):
-    """Prometheus scraping of the engine's /metrics (a ServiceMonitor, created only when
-    the Prometheus Operator's CRDs exist)."""
+    """Prometheus scraping of the engines' and routers' /metrics (ServiceMonitors, created
+    only when the Prometheus Operator's CRDs exist)."""
 
     enabled: bool = True
+    """Create the ServiceMonitors (false: none, e.g. where another scraper is set up)."""
+
     interval: str = Field(default="30s", pattern=r"^[0-9]+(ms|s|m|h)$")
+    """How often Prometheus scrapes, e.g. `15s`."""
 
 
 GPU_MULTIPLE_RULE = (
@@ -246,13 +302,20 @@ class InferenceServiceSpec(ApiModel):
     """Engine pods to run (the scale subresource's spec path)."""
 
     autoscaling: Autoscaling | None = None
-    """Absent: `replicas` is fixed. The autoscaler itself arrives with its own issue; until
-    then both modes keep `replicas` as written (by a user, an HPA or KEDA)."""
+    """Absent: `replicas` is fixed. In this version both modes keep `replicas` as written
+    (by a user, an HPA or KEDA)."""
 
     rollout: Rollout = Field(default_factory=Rollout)
+    """How a changed spec replaces running engine pods."""
+
     router: RouterSpec = Field(default_factory=RouterSpec)
+    """The `<name>-router` pods in front of the engines."""
+
     template: PodTemplate = Field(default_factory=PodTemplate)
+    """Labels, annotations, placement and resources of the engine pods."""
+
     monitoring: Monitoring = Field(default_factory=Monitoring)
+    """ServiceMonitors for the engines' and routers' /metrics."""
 
 
 # -- status -------------------------------------------------------------------------------
@@ -264,11 +327,22 @@ class Condition(ApiModel):
     """A metav1.Condition."""
 
     type: str
+    """Ready, Progressing or Degraded."""
+
     status: Literal["True", "False", "Unknown"]
+    """Whether the condition holds."""
+
     reason: str
+    """Why, in one CamelCase word (e.g. AllReplicasReady, RollingOut)."""
+
     message: str = ""
+    """Why, for people: what is happening and what to do about it."""
+
     last_transition_time: str | None = None
+    """When status last changed (RFC 3339)."""
+
     observed_generation: int | None = None
+    """The metadata.generation this condition was computed for."""
 
 
 class InferenceServiceStatus(ApiModel):
@@ -314,7 +388,7 @@ ROOT_RULES = {
 
 
 class InferenceService(ApiModel):
-    """An LLM served by Pagoda engine pods behind a Service."""
+    """An LLM served by Pagoda engine pods behind its own routers and a Service."""
 
     api_version: str = API_VERSION
     kind: str = KIND

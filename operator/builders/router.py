@@ -8,8 +8,12 @@ from typing import Any
 
 from pagoda.operator.builders import names
 from pagoda.operator.builders.context import BuildOptions, Isvc
+from pagoda.operator.builders.pod import PRE_STOP_SLEEP_S
 
 HEALTH_PATH = "/health"
+# SIGTERM makes the router stop accepting and finish what it proxies (within the drain);
+# the preStop wait first lets the Service's endpoints drop the pod, as for engines.
+DRAIN_S = 20
 DEFAULT_REQUESTS = {"cpu": "250m", "memory": "256Mi"}
 HOSTNAME = "kubernetes.io/hostname"
 
@@ -56,6 +60,7 @@ def router_args(isvc: Isvc) -> list[str]:
         f"--routing={router.routing}",
         f"--queue-timeout={router.queue_timeout_seconds}",
         f"--max-held={router.max_held_requests}",
+        f"--drain-timeout={DRAIN_S}",
     ]
 
 
@@ -83,6 +88,7 @@ def router_container(isvc: Isvc, options: BuildOptions) -> dict[str, Any]:
             }
         ],
         "ports": [{"name": "http", "containerPort": names.ROUTER_PORT, "protocol": "TCP"}],
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_S}}},
         "readinessProbe": probe | {"periodSeconds": 2, "timeoutSeconds": 2},
         "livenessProbe": probe | {"periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6},
         "resources": _resources(isvc),
@@ -112,8 +118,25 @@ def _spread(isvc: Isvc) -> dict[str, Any]:
     }
 
 
+def _pod_metadata(isvc: Isvc) -> dict[str, Any]:
+    template = isvc.spec.router.template
+    metadata: dict[str, Any] = {"labels": template.labels | names.labels(isvc, names.ROUTER)}
+    if template.annotations:
+        metadata["annotations"] = dict(template.annotations)
+    return metadata
+
+
+def _placement(isvc: Isvc) -> dict[str, Any]:
+    template = isvc.spec.router.template
+    placement: dict[str, Any] = {}
+    if template.node_selector:
+        placement["nodeSelector"] = dict(template.node_selector)
+    if template.tolerations:
+        placement["tolerations"] = list(template.tolerations)
+    return placement
+
+
 def deployment(isvc: Isvc, options: BuildOptions) -> dict[str, Any]:
-    pod_labels = names.labels(isvc, names.ROUTER)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -127,7 +150,7 @@ def deployment(isvc: Isvc, options: BuildOptions) -> dict[str, Any]:
             },
             "revisionHistoryLimit": 3,
             "template": {
-                "metadata": {"labels": pod_labels},
+                "metadata": _pod_metadata(isvc),
                 "spec": {
                     "serviceAccountName": names.router_name(isvc),
                     "containers": [router_container(isvc, options)],
@@ -137,8 +160,9 @@ def deployment(isvc: Isvc, options: BuildOptions) -> dict[str, Any]:
                         "runAsUser": 65532,
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
-                    "terminationGracePeriodSeconds": 30,
+                    "terminationGracePeriodSeconds": PRE_STOP_SLEEP_S + DRAIN_S + 5,
                     **_spread(isvc),
+                    **_placement(isvc),
                 },
             },
         },

@@ -32,6 +32,7 @@ class RouterSettings:
     port: int = 8000
     max_held: int = 1024
     queue_timeout_s: float = 60.0
+    drain_timeout_s: float = 20.0
     routing: RoutingSettings = field(default_factory=RoutingSettings)
     probes: ProbeSettings = field(default_factory=ProbeSettings)
 
@@ -123,6 +124,7 @@ def run(settings: RouterSettings, discovery: Discovery) -> int:
         host=settings.host,
         port=settings.port,
         handler_cancellation=True,
+        shutdown_timeout=settings.drain_timeout_s,  # SIGTERM: in-flight requests finish
         access_log=None,
         print=lambda *a: log.info("router listening on %s:%d", settings.host, settings.port),
     )

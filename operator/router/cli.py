@@ -48,6 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0: any free port"
     )
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=20.0,
+        help="on SIGTERM, seconds to finish the requests in flight after the router stops "
+        "accepting new ones (default 20)",
+    )
     route = parser.add_argument_group("routing")
     route.add_argument(
         "--routing",
@@ -125,6 +132,8 @@ def settings_from(args: argparse.Namespace):
             raise ValueError(
                 f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}"
             )
+    if args.drain_timeout < 0:
+        raise ValueError(f"--drain-timeout must be >= 0, got {args.drain_timeout}")
     if args.retries < 0 or args.max_held < 0 or args.chunk_chars < 16:
         raise ValueError("--retries and --max-held must be >= 0, --chunk-chars >= 16")
     routing = RoutingSettings(
@@ -144,6 +153,7 @@ def settings_from(args: argparse.Namespace):
         port=args.port,
         max_held=args.max_held,
         queue_timeout_s=args.queue_timeout,
+        drain_timeout_s=args.drain_timeout,
         routing=routing,
         probes=probes,
     )

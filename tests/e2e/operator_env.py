@@ -2,7 +2,7 @@
 
 `helm install` puts the chart into `pagoda-system` with two operator replicas. Their pods
 are real: the PodBacker runs `python -m pagoda.operator` for each, with the very args the
-chart rendered and a kubeconfig holding a token of the chart's ServiceAccount (TokenRequest
+chart rendered and, as the kubelet would, a token of the pod's ServiceAccount (TokenRequest
 API) — so every test that passes proves the chart's RBAC is enough. Engine pods the
 operator creates run `engine_stub.py` when their InferenceService asks to be backed
 (`backed()`), else kwok fakes them Ready.
@@ -10,7 +10,6 @@ operator creates run `engine_stub.py` when their InferenceService asks to be bac
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from typing import Any
 
 from kubernetes import client
 
-from e2e import Backend, Cluster, PodBacker, wait_for
+from e2e import Backend, Cluster, PodBacker, kubeconfig, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "pagoda"
@@ -30,12 +29,21 @@ RELEASE = "pagoda"
 SYSTEM_NAMESPACE = "pagoda-system"
 OPERATOR_LABELS = {"app.kubernetes.io/instance": RELEASE, "app.kubernetes.io/component": "operator"}
 ENGINE_LABEL = "e2e.pagoda.dev/engine"  # which process backs an engine pod
+ROUTER_LABELS = {"app.kubernetes.io/component": "router"}
+BACKED = {"e2e.pagoda.dev/backed": "true"}
 
 
 def backed(engine: str = "stub") -> dict[str, Any]:
-    """spec.template for engine pods run as real processes: `stub` (engine_stub.py) or the
-    name of a Backend a test registers itself."""
-    return {"annotations": {"e2e.pagoda.dev/backed": "true"}, "labels": {ENGINE_LABEL: engine}}
+    """spec.template for engine pods run as real processes: `stub` (engine_stub.py),
+    `pagoda-serve` (the real server, after `serve_real_engines`) or the name of a Backend a
+    test registers itself."""
+    return {"annotations": dict(BACKED), "labels": {ENGINE_LABEL: engine}}
+
+
+def routed(**router: Any) -> dict[str, Any]:
+    """spec.router whose pods run as real `pagoda router` processes (else kwok fakes
+    them Ready and nothing listens)."""
+    return router | {"template": {"annotations": dict(BACKED)}}
 
 
 GROUP, VERSION, PLURAL = "serving.pagoda.dev", "v1alpha1", "inferenceservices"
@@ -68,10 +76,13 @@ def install(cluster: Cluster, api, backer: PodBacker, state_dir: Path) -> Operat
     )  # fmt: skip
     if installed.returncode != 0:
         raise RuntimeError(f"helm install failed:\n{installed.stderr}")
+    # the backer logs each replica in with a token of the chart's ServiceAccount, as the
+    # kubelet would; tests use this kubeconfig to act with the same rights
     kubeconfig = sa_kubeconfig(cluster, core, RELEASE, state_dir / "operator.kubeconfig")
-    backer.register(Backend(OPERATOR_LABELS, operator_argv(api), {"KUBECONFIG": str(kubeconfig)}))
+    backer.register(Backend(OPERATOR_LABELS, operator_argv(api)))
     engine = [sys.executable, str(ENGINE_STUB), "--host={pod_ip}", "--port={port}"]
     backer.register(Backend({ENGINE_LABEL: "stub"}, engine, {"OMP_NUM_THREADS": "1"}))
+    backer.register(Backend(ROUTER_LABELS, router_argv))
     operator = Operator(kubeconfig, core)
     wait_for(lambda: len(operator.ready_pods()) == 2, "two operator replicas Ready", 60)
     return operator
@@ -87,26 +98,42 @@ def operator_argv(api) -> list[str]:
     return [sys.executable, "-P", "-m", "pagoda.operator", *args]
 
 
+def router_argv(pod) -> list[str]:
+    """A router pod's own container args, as a local process on the pod's IP: it watches
+    the engine pods with its ServiceAccount's token, so the Role the operator made is
+    exercised too."""
+    (container,) = pod.spec.containers
+    args = [re.sub(r"^--host=.*", "--host={pod_ip}", a) for a in container.args]
+    return [sys.executable, "-P", "-m", "pagoda.operator.router", *args]
+
+
+def serve_real_engines(backer: PodBacker, model_dir: Path) -> None:
+    """Engine pods labelled `backed("pagoda-serve")` run the real `pagoda serve` with the
+    command and args of their own pod (the model folder swapped for `model_dir`)."""
+
+    def argv(pod) -> list[str]:
+        (container,) = pod.spec.containers
+        return local_argv(container.command, container.args, str(model_dir))
+
+    backer.register(Backend({ENGINE_LABEL: "pagoda-serve"}, argv, {"OMP_NUM_THREADS": "1"}))
+
+
+def local_argv(command: list[str], args: list[str], model_dir: str) -> list[str]:
+    """The container's command line as a local process: `pagoda` from this environment,
+    the tiny model for MODEL_DIR, the pod's own IP and port instead of 0.0.0.0:8000."""
+    pagoda = str(Path(sys.executable).parent / command[0])
+    swapped = {"--host=0.0.0.0": "--host={pod_ip}", "--port=8000": "--port={port}"}
+    return [pagoda, *command[1:], model_dir, *(swapped.get(a, a) for a in args[1:])]
+
+
 def sa_kubeconfig(cluster: Cluster, core, service_account: str, path: Path) -> Path:
     """A kubeconfig that authenticates as the ServiceAccount, with a TokenRequest token."""
     request = {"spec": {"expirationSeconds": 3 * 3600}}
     token = core.create_namespaced_service_account_token(
         service_account, SYSTEM_NAMESPACE, request
     ).status.token
-    ca = cluster.layout.pem("ca.crt")
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {"name": "e2e", "cluster": {"server": cluster.server, "certificate-authority": ca}}
-        ],
-        "users": [{"name": service_account, "user": {"token": token}}],
-        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": service_account}}],
-        "current-context": "e2e",
-    }
-    path.write_text(json.dumps(config))
-    path.chmod(0o600)
-    return path
+    ca = Path(cluster.layout.pem("ca.crt"))
+    return kubeconfig.write_token(path, cluster.server, ca, token, service_account)
 
 
 def uninstall(cluster: Cluster, api, operator: Operator) -> None:

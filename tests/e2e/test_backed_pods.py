@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import urllib.request
 
 import pytest
@@ -138,6 +139,58 @@ def test_pod_without_backend_reports_why(api, backer, namespace, tmp_path):
         return statuses and statuses[0].state.waiting and statuses[0].state.waiting.reason
 
     assert wait_for(waiting_reason, "a waiting reason", 30) == "NoBackend"
+
+
+def test_a_deleted_pod_serves_through_its_pre_stop_sleep(api, backer, namespace, tmp_path):
+    core = client.CoreV1Api(api)
+    (tmp_path / "ready.txt").write_text("ok\n")
+    manifest = http_server_pod("slow", str(tmp_path), http_server_argv(str(tmp_path)))
+    manifest["spec"]["containers"][0]["lifecycle"] = {"preStop": {"sleep": {"seconds": 3}}}
+    core.create_namespaced_pod(namespace, manifest)
+    wait_for(lambda: pod_ready(core, namespace, "slow"), "the pod to become Ready", 30)
+    ip = core.read_namespaced_pod("slow", namespace).status.pod_ip
+
+    deleted = time.monotonic()
+    core.delete_namespaced_pod("slow", namespace)
+    wait_for(
+        lambda: core.read_namespaced_pod("slow", namespace).metadata.deletion_timestamp,
+        "the pod to turn terminating",
+        5,
+    )
+    assert get(f"http://{ip}:{PORT}/ready.txt") == "ok\n"  # still serving in its preStop
+    wait_for(lambda: _try_get(f"http://{ip}:{PORT}/ready.txt") == "", "the process to stop", 10)
+    assert time.monotonic() - deleted >= 3.0
+
+
+WHOAMI = """
+import functools, http.server, os, sys
+from kubernetes import client, config
+
+api = config.new_client_from_config(os.environ["KUBECONFIG"])
+try:
+    client.CoreV1Api(api).list_namespaced_secret(os.environ["POD_NAMESPACE"])
+    answer = "allowed"
+except client.exceptions.ApiException as exc:
+    answer = str(exc.status)
+docroot, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with open(os.path.join(docroot, "ready.txt"), "w") as out:
+    out.write(answer)
+handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=docroot)
+http.server.ThreadingHTTPServer((host, port), handler).serve_forever()
+"""
+
+
+def test_a_pod_calls_the_api_server_as_its_service_account(api, backer, namespace, tmp_path):
+    """The process gets KUBECONFIG with a token of the pod's ServiceAccount, whose rights
+    are only what RBAC grants it (here: none beyond discovery)."""
+    core = client.CoreV1Api(api)
+    script = tmp_path / "whoami.py"
+    script.write_text(WHOAMI)
+    command = [sys.executable, str(script), str(tmp_path), "{pod_ip}", "{port}"]
+    core.create_namespaced_pod(namespace, http_server_pod("whoami", str(tmp_path), command))
+    wait_for(lambda: pod_ready(core, namespace, "whoami"), "the pod to become Ready", 30)
+    ip = core.read_namespaced_pod("whoami", namespace).status.pod_ip
+    assert get(f"http://{ip}:{PORT}/ready.txt") == "403"  # the default account: no secrets
 
 
 def _running(core, namespace: str, name: str):

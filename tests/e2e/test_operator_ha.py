@@ -50,20 +50,30 @@ def test_only_the_leader_acts_and_the_standby_takes_over(api, backer, pagoda_ope
     # the (backed, so not instantly ready) pods let it finish the status
     apps = client.AppsV1Api(api)
     env.create(api, namespace, env.isvc("ha-b", replicas=2, template=env.backed()))
-    wait_for(lambda: apps.list_namespaced_deployment(namespace).items[1:], "ha-b's Deployment", 30)
+    wait_for(
+        lambda: (
+            apps.list_namespaced_deployment(
+                namespace, label_selector="serving.pagoda.dev/inferenceservice=ha-b"
+            ).items
+        ),
+        "ha-b's Deployments",
+        30,
+    )
     os.kill(backer.pods[leader.metadata.uid].proc.pid, signal.SIGKILL)
 
     resource = env.wait_ready(api, namespace, "ha-b", timeout_s=60)
     assert env.reconciles(standby) > before[1], "the standby never took over"
     assert resource["status"]["readyReplicas"] == 2
 
-    # one of each child, one ReplicaSet, exactly the pods asked for
+    # one of each child (engines' and router's), one ReplicaSet each, the pods asked for
     selector = "serving.pagoda.dev/inferenceservice=ha-b"
+    engines = f"{selector},app.kubernetes.io/component=engine"
     core = client.CoreV1Api(api)
-    assert len(apps.list_namespaced_deployment(namespace, label_selector=selector).items) == 1
-    assert len(apps.list_namespaced_replica_set(namespace, label_selector=selector).items) == 1
-    assert len(core.list_namespaced_service(namespace, label_selector=selector).items) == 1
-    assert len(core.list_namespaced_pod(namespace, label_selector=selector).items) == 2
+    assert len(apps.list_namespaced_deployment(namespace, label_selector=selector).items) == 2
+    assert len(apps.list_namespaced_replica_set(namespace, label_selector=selector).items) == 2
+    services = core.list_namespaced_service(namespace, label_selector=selector).items
+    assert sorted(s.metadata.name for s in services) == ["ha-b", "ha-b-engines"]
+    assert len(core.list_namespaced_pod(namespace, label_selector=engines).items) == 2
 
     # the killed replica restarted (same pod, newer start) and now stands by
     new_leader, new_standby = leader_and_standby(api, pagoda_operator)

@@ -14,7 +14,12 @@ pytestmark = pytest.mark.e2e
 
 
 def deployments(api, namespace: str) -> dict[str, client.V1Deployment]:
-    items = client.AppsV1Api(api).list_namespaced_deployment(namespace).items
+    """The engine Deployments (each InferenceService also has one of routers)."""
+    items = (
+        client.AppsV1Api(api)
+        .list_namespaced_deployment(namespace, label_selector="app.kubernetes.io/component=engine")
+        .items
+    )
     return {d.metadata.name: d for d in items}
 
 
@@ -41,7 +46,7 @@ def test_spec_update_rolls_and_a_new_revision_replaces_the_old(api, pagoda_opera
     )
     assert scale["status"] == {
         "replicas": 3,
-        "selector": "serving.pagoda.dev/inferenceservice=chat",
+        "selector": "app.kubernetes.io/component=engine,serving.pagoda.dev/inferenceservice=chat",
     }
     assert apps.read_namespaced_deployment("chat-v1", namespace).spec.replicas == 3
 
@@ -68,7 +73,10 @@ def test_hand_edits_and_deletions_are_put_back(api, pagoda_operator, namespace):
     wait_for(
         lambda: (
             core.read_namespaced_service("drift", namespace).spec.selector
-            == {"serving.pagoda.dev/inferenceservice": "drift"}
+            == {
+                "serving.pagoda.dev/inferenceservice": "drift",
+                "app.kubernetes.io/component": "router",
+            }
         ),
         "Service selector put back",
         30,

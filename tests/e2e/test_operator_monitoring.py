@@ -65,12 +65,13 @@ def test_service_monitor_when_the_prometheus_operator_is_installed(
         items = monitors.list_namespaced_custom_object(
             "monitoring.coreos.com", "v1", namespace, "servicemonitors"
         )["items"]
-        return items[0] if items else None
+        return next((m for m in items if m["metadata"]["name"] == "watched"), None)
 
-    created = wait_for(monitor, "a ServiceMonitor", 30)
+    created = wait_for(monitor, "the engines' ServiceMonitor", 30)
     env.wait_ready(api, namespace, "watched")
     assert created["spec"]["selector"]["matchLabels"] == {
-        "serving.pagoda.dev/inferenceservice": "watched"
+        "serving.pagoda.dev/inferenceservice": "watched",
+        "app.kubernetes.io/component": "engine",
     }
     assert created["spec"]["endpoints"][0]["path"] == "/metrics"
     assert created["metadata"]["ownerReferences"][0]["kind"] == "InferenceService"

@@ -5,14 +5,12 @@ that tells the truth; and the real `pagoda serve` runs with the args the operato
 from __future__ import annotations
 
 import json
-import sys
 import urllib.request
-from pathlib import Path
 
 import pytest
 from kubernetes import client
 
-from e2e import GPU_RESOURCE, Backend, wait_for
+from e2e import GPU_RESOURCE, wait_for
 from tests.e2e import operator_env as env
 
 pytestmark = pytest.mark.e2e
@@ -51,7 +49,8 @@ def test_tensor_parallel_service_is_scheduled_served_and_ready(
     assert not resource["metadata"].get("finalizers")  # owners cascade; nothing to clean up
 
     core = client.CoreV1Api(api)
-    pods = core.list_namespaced_pod(namespace).items
+    engines = "app.kubernetes.io/component=engine"
+    pods = core.list_namespaced_pod(namespace, label_selector=engines).items
     assert len(pods) == 2
     for pod in pods:
         (container,) = pod.spec.containers
@@ -60,10 +59,10 @@ def test_tensor_parallel_service_is_scheduled_served_and_ready(
         node = core.read_node(pod.spec.node_name)
         assert int(node.status.allocatable[GPU_RESOURCE]) >= 4  # never the 2-GPU or CPU node
 
-    # the Service's endpoints are the pods' real processes, serving on their pod IPs
+    # the engines' Service's endpoints are the pods' real processes, on their pod IPs
     pod_ips = sorted(p.status.pod_ip for p in pods)
     endpoints = wait_for(
-        lambda: [e for e in [ready_endpoints(api, namespace, "llama")] if len(e) == 2],
+        lambda: [e for e in [ready_endpoints(api, namespace, "llama-engines")] if len(e) == 2],
         "two ready endpoints",
         30,
     )[0]
@@ -92,23 +91,11 @@ def test_pagoda_serve_runs_with_the_args_the_operator_built(
         engine={"tensorParallelSize": 2, "maxModelLen": 512, "args": ["--max-num-seqs=8"]},
         template=template,
     )
+    env.serve_real_engines(backer, llama_dir)
     env.create(api, namespace, manifest)
-    deployment = wait_for(
-        lambda: client.AppsV1Api(api).list_namespaced_deployment(namespace).items,
-        "the Deployment",
-        30,
-    )[0]
-    (container,) = deployment.spec.template.spec.containers
-    backer.register(
-        Backend(
-            template["labels"],
-            local_argv(container.command, container.args, str(llama_dir)),
-            {"OMP_NUM_THREADS": "1"},
-        )
-    )
     env.wait_ready(api, namespace, "chat", timeout_s=180)  # torch starts in three processes
 
-    ((ip, port),) = ready_endpoints(api, namespace, "chat")
+    ((ip, port),) = ready_endpoints(api, namespace, "chat-engines")
     body = {"model": "tiny-chat", "prompt": "The paged KV cache", "max_tokens": 8}
     request = urllib.request.Request(
         f"http://{ip}:{port}/v1/completions",
@@ -120,11 +107,3 @@ def test_pagoda_serve_runs_with_the_args_the_operator_built(
     assert completion["usage"]["completion_tokens"] == 8
     with urllib.request.urlopen(f"http://{ip}:{port}/metrics", timeout=10) as resp:
         assert 'pagoda:num_requests_running{model_name="tiny-chat"}' in resp.read().decode()
-
-
-def local_argv(command: list[str], args: list[str], model_dir: str) -> list[str]:
-    """The container's command line as a local process: `pagoda` from this environment,
-    the tiny model for MODEL_DIR, the pod's own IP and port instead of 0.0.0.0:8000."""
-    pagoda = str(Path(sys.executable).parent / command[0])
-    swapped = {"--host=0.0.0.0": "--host={pod_ip}", "--port=8000": "--port={port}"}
-    return [pagoda, *command[1:], model_dir, *(swapped.get(a, a) for a in args[1:])]

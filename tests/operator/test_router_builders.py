@@ -72,3 +72,27 @@ def test_engine_pods_keep_serving_until_the_routers_saw_them_terminate(make_isvc
     engine = spec["containers"][0]
     assert engine["lifecycle"]["preStop"] == {"sleep": {"seconds": 5}}
     assert spec["terminationGracePeriodSeconds"] == 5 + 25 + 15
+
+
+def test_router_pods_take_the_templates_labels_annotations_and_placement(make_isvc, options):
+    template = {
+        "labels": {"team": "search"},
+        "annotations": {"sidecar.istio.io/inject": "false"},
+        "nodeSelector": {"pool": "cpu"},
+        "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+    }
+    built = router.deployment(make_isvc(router={"template": template}), options)
+    metadata, pod = built["spec"]["template"]["metadata"], built["spec"]["template"]["spec"]
+    assert metadata["labels"]["team"] == "search"
+    assert metadata["labels"]["app.kubernetes.io/component"] == "router"
+    assert metadata["annotations"] == {"sidecar.istio.io/inject": "false"}
+    assert pod["nodeSelector"] == {"pool": "cpu"}
+    assert pod["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+
+
+def test_a_router_pod_drains_after_the_service_dropped_it(make_isvc, options):
+    pod = router.deployment(make_isvc(), options)["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["lifecycle"]["preStop"] == {"sleep": {"seconds": 5}}
+    assert "--drain-timeout=20" in container["args"]
+    assert pod["terminationGracePeriodSeconds"] > 5 + 20

@@ -58,3 +58,16 @@ def test_crd_has_subresources_columns_and_short_name():
     names = [c["name"] for c in printer_columns()]
     assert names[:4] == ["Model", "Revision", "Ready", "Desired"] and "Age" in names
     assert crd["spec"]["names"]["shortNames"] == ["pisvc"]
+
+
+def test_every_field_has_a_description_for_kubectl_explain():
+    crd = inference_service_crd()
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    missing = [
+        path
+        for part in ("spec", "status")
+        for path, node in walk(schema["properties"][part], f"$.{part}")
+        # a list's items and a map's values are explained by the list's or map's own text
+        if not path.endswith(("[items]", "[additionalProperties]")) and not node.get("description")
+    ]
+    assert not missing, f"fields `kubectl explain` would show as <no description>: {missing}"
