@@ -105,10 +105,10 @@ def main() -> int:
     record = {
         "benchmark": "engine_process",
         "machine": platform.node(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "python": platform.python_version(),
-        "commit": _commit(),
+        "commit": commit(),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "config": {"model": "tiny llama (make-tiny-model)", "workload": workload,
                    "rounds": args.rounds, "note": "bench client on the same machine"},
@@ -142,14 +142,14 @@ def print_table(results: dict) -> None:
         print(f"{name:<30}" + "".join(f"{results[mode][name]:>12.2f}" for mode in results))
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
     return platform.processor()
 
 
-def _commit() -> str:
+def commit() -> str:
     run = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return run.stdout.strip() or "unknown"
 

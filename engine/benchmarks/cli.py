@@ -110,7 +110,28 @@ def _register_serve(workloads: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--max-concurrency", type=int, default=None, help="requests in flight at most (no cap)"
     )
-    serve.add_argument("--random-input-len", type=int, default=128, help="prompt words")
+    serve.add_argument(
+        "--workload",
+        choices=("random", "shared-prefix"),
+        default="random",
+        help="random: prompts of random words (default); shared-prefix: each request is one "
+        "of --num-prefixes tenants' long prompt plus --random-input-len words of its own",
+    )
+    serve.add_argument(
+        "--num-prefixes", type=int, default=8, help="shared-prefix: tenants (default 8)"
+    )
+    serve.add_argument(
+        "--prefix-len",
+        type=int,
+        default=2000,
+        help="shared-prefix: words in each tenant's prompt (default 2000)",
+    )
+    serve.add_argument(
+        "--random-input-len",
+        type=int,
+        default=128,
+        help="prompt words (shared-prefix: after the tenant's prompt)",
+    )
     serve.add_argument("--random-output-len", type=int, default=128, help="max_tokens")
     serve.add_argument(
         "--random-range-ratio",

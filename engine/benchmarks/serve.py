@@ -1,9 +1,16 @@
 """`pagoda bench serve`: streaming requests at a Poisson rate against any OpenAI-compatible
 server, timing each token as it arrives.
 
-Prompts are random words (`--random-input-len` of them: roughly as many tokens); output
-lengths are `max_tokens`, exact with `--ignore-eos`. Token counts in the report are the
-server's own (`stream_options.include_usage`), falling back to one token per chunk.
+Workloads (`--workload`):
+
+- `random`: prompts of random words (`--random-input-len` of them: roughly as many tokens);
+- `shared-prefix`: many tenants, each with its own long system prompt
+  (`--num-prefixes` tenants, `--prefix-len` words each); every request is a random
+  tenant's prompt followed by `--random-input-len` random words: what prefix caching and
+  prefix-aware routing are for.
+
+Output lengths are `max_tokens`, exact with `--ignore-eos`. Token counts in the report are
+the server's own (`stream_options.include_usage`), falling back to one token per chunk.
 """
 
 from __future__ import annotations
@@ -65,6 +72,25 @@ def make_requests(
     return [
         BenchRequest(" ".join(rng.choices(_WORDS, k=length(input_len))), length(output_len))
         for _ in range(num)
+    ]
+
+
+def make_shared_prefix_requests(
+    num: int, num_prefixes: int, prefix_len: int, suffix_len: int, output_len: int, seed: int
+) -> list[BenchRequest]:
+    """`num` requests, each one of `num_prefixes` tenants' long prompt (drawn at random)
+    and a short random question of its own."""
+    if num_prefixes < 1 or prefix_len < 1:
+        raise ValueError("--num-prefixes and --prefix-len must be >= 1")
+    questions = make_requests(num, suffix_len, output_len, 0.0, seed)
+    rng = random.Random(seed + 1)
+    prefixes = [
+        f"Tenant {tenant}. " + " ".join(rng.choices(_WORDS, k=prefix_len))
+        for tenant in range(num_prefixes)
+    ]
+    return [
+        BenchRequest(f"{rng.choice(prefixes)}\n{question.prompt}", question.max_tokens)
+        for question in questions
     ]
 
 
@@ -143,6 +169,25 @@ def _on_event(result: RequestResult, line: str, started: float) -> None:
         result.chunk_times.append(now - started)
 
 
+def requests_from_args(args: argparse.Namespace) -> list[BenchRequest]:
+    if args.workload == "shared-prefix":
+        return make_shared_prefix_requests(
+            args.num_prompts,
+            args.num_prefixes,
+            args.prefix_len,
+            args.random_input_len,
+            args.random_output_len,
+            args.seed,
+        )
+    return make_requests(
+        args.num_prompts,
+        args.random_input_len,
+        args.random_output_len,
+        args.random_range_ratio,
+        args.seed,
+    )
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
     config = BenchConfig(
@@ -153,13 +198,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         request_rate=args.request_rate,
         max_concurrency=args.max_concurrency,
         ignore_eos=args.ignore_eos,
-        requests=make_requests(
-            args.num_prompts,
-            args.random_input_len,
-            args.random_output_len,
-            args.random_range_ratio,
-            args.seed,
-        ),
+        requests=requests_from_args(args),
     )
     if config.request_rate <= 0:
         raise ValueError("--request-rate must be > 0 (inf: all at once)")

@@ -80,8 +80,12 @@ _ARCH_CONFIGS = {
 }
 
 
-def make_tiny_model(out_dir: str | Path, arch: str = "llama", seed: int = 0) -> Path:
-    """Write config, generation config, weights and tokenizer into `out_dir`."""
+def make_tiny_model(
+    out_dir: str | Path, arch: str = "llama", seed: int = 0, sizes: dict | None = None
+) -> Path:
+    """Write config, generation config, weights and tokenizer into `out_dir`; `sizes`
+    overrides config entries (e.g. `hidden_size`, `max_position_embeddings`) for a larger
+    model with the same tokenizer."""
     if arch not in ARCHITECTURES:
         raise ValueError(f"unknown --arch {arch!r}: use one of {', '.join(ARCHITECTURES)}")
     out_dir = Path(out_dir)
@@ -94,6 +98,7 @@ def make_tiny_model(out_dir: str | Path, arch: str = "llama", seed: int = 0) -> 
         "vocab_size": tokens.vocab_size,
         "bos_token_id": tokens.bos_id,
         "eos_token_id": tokens.eos_ids[0],
+        **(sizes or {}),
     }
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     generation = {"bos_token_id": tokens.bos_id, "eos_token_id": tokens.eos_ids, "do_sample": False}
