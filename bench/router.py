@@ -5,9 +5,13 @@
     .venv/bin/python bench/router.py capacity   # req/s before the router adds 10 ms at p99
     .venv/bin/python bench/router.py all
 
-- overhead: one `pagoda serve` (tiny llama), the same `pagoda bench serve` load straight to
-  it and through a router in front of it, alternately (prefix caching off, so no run warms
-  the next);
+- overhead: 200 concurrent streams (steady state: Poisson arrivals at 31.25/s, each stream
+  6.4 s long), the same `pagoda bench serve` load straight to an upstream and through a
+  router in front of it, alternately, over two upstreams: a paced
+  streaming upstream (no model: 64 chunks 100 ms apart, about what one engine gives 200
+  streams here), where the added TTFT is the router's own cost, and one `pagoda serve`
+  (tiny llama, prefix caching off so no run warms the next), where the router shares the
+  two cores with the engine and TTFT is mostly the engine's queue;
 - routing: four engines whose KV caches hold about two tenants' prompts each, and the
   shared-prefix workload (8 tenants, ~2,000-token prompts) through a router with
   `--routing prefix` and then `--routing round-robin` (engines restarted in between, so
@@ -130,32 +134,46 @@ def table(rows: list[tuple], header: tuple) -> None:
 
 
 def overhead(args: argparse.Namespace, root: Path) -> None:
-    model = make_model(root, "tiny")
+    # 200 streams in flight in the steady state: Poisson arrivals at 200 / 6.4 s (each
+    # stream is 64 chunks 100 ms apart), not 200 sent in one burst, which measures how
+    # fast a process accepts a thundering herd rather than what each request pays
     workload = [
         "--num-prompts", str(args.num_prompts), "--max-concurrency", "200",
-        "--random-input-len", "32", "--random-output-len", "64", "--ignore-eos",
+        "--request-rate", "31.25", "--random-input-len", "32", "--random-output-len", "64",
+        "--ignore-eos",
     ]  # fmt: skip
+    results = {}
+    with paced_upstream(chunks=64, interval_ms=100) as stub:
+        results["paced_upstream"] = _direct_vs_router(stub, [*workload, "--model", "x"], args)
+    model = make_model(root, "tiny")
+    with engines(model, 1, ["--no-enable-prefix-caching"]) as (engine,):
+        results["pagoda_serve"] = _direct_vs_router(engine, workload, args)
+    config = {"workload": workload, "rounds": args.rounds,
+              "paced_upstream": "64 SSE chunks 100 ms apart, no model"}  # fmt: skip
+    record("overhead", args, config, results)
+    for upstream_name, figures in results.items():
+        print(f"-- {upstream_name}")
+        rows = [(n, figures["direct"][n], figures["router"][n]) for n in figures["direct"]]
+        table(rows, ("figure", "direct", "via router"))
+        print(f"added p50 TTFT {figures['added_ttft_p50_ms']:.2f} ms; "
+              f"throughput {figures['throughput_ratio']:.3f}x")  # fmt: skip
+
+
+def _direct_vs_router(upstream_url: str, workload: list[str], args: argparse.Namespace) -> dict:
     runs: dict[str, list[dict]] = {"direct": [], "router": []}
-    with engines(model, 1, ["--no-enable-prefix-caching"]) as (engine,), router([engine]) as front:
-        for target in (engine, front):
+    with router([upstream_url]) as front:
+        for target in (upstream_url, front):
             bench(target, [*workload, "--num-prompts", "64"])  # warm-up
         for round_ in range(args.rounds):
-            for path, url in (("direct", engine), ("router", front)):
+            for path, url in (("direct", upstream_url), ("router", front)):
                 runs[path].append(bench(url, [*workload, "--seed", str(round_)]))
-    results = {path: _serving_figures(reports) for path, reports in runs.items()}
-    results["added_ttft_p50_ms"] = (
-        results["router"]["ttft_p50_ms"] - results["direct"]["ttft_p50_ms"]
-    )
-    results["throughput_ratio"] = (
-        results["router"]["output_token_throughput"] / results["direct"]["output_token_throughput"]
-    )
-    record(
-        "overhead", args, {"workload": workload, "rounds": args.rounds}, results | {"runs": runs}
-    )
-    rows = [(name, results["direct"][name], results["router"][name]) for name in results["direct"]]
-    table(rows, ("figure", "direct", "via router"))
-    print(f"added p50 TTFT {results['added_ttft_p50_ms']:.2f} ms; "
-          f"throughput {results['throughput_ratio']:.3f}x")  # fmt: skip
+    figures = {path: _serving_figures(reports) for path, reports in runs.items()}
+    direct, routed = figures["direct"], figures["router"]
+    return figures | {
+        "added_ttft_p50_ms": routed["ttft_p50_ms"] - direct["ttft_p50_ms"],
+        "throughput_ratio": routed["output_token_throughput"] / direct["output_token_throughput"],
+        "runs": runs,
+    }
 
 
 def _serving_figures(reports: list[dict]) -> dict:
@@ -229,20 +247,46 @@ def _prefix_counters(url: str) -> tuple[float, float]:
 UPSTREAM_CHUNKS = 8
 
 
-def upstream(port: int) -> None:
-    """A fixed-answer streaming OpenAI upstream: answers at once, costs next to nothing."""
+@contextlib.contextmanager
+def paced_upstream(chunks: int, interval_ms: float) -> Iterator[str]:
+    port = free_port()
+    command = [sys.executable, __file__, "upstream", "--port", str(port)]
+    command += ["--chunks", str(chunks), "--interval-ms", str(interval_ms)]
+    stub = subprocess.Popen(command, env=ENV)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            time.sleep(0.1)
+        yield url
+    finally:
+        stub.send_signal(signal.SIGTERM)
+        stub.wait(30)
+
+
+def upstream(port: int, chunks: int, interval_ms: float) -> None:
+    """A fixed-answer streaming OpenAI upstream (no model): `chunks` SSE events,
+    `interval_ms` apart (0: at once), then the usage and [DONE]."""
     from aiohttp import web
 
     chunk = {"id": "c", "object": "text_completion", "choices": [{"index": 0, "text": " a"}]}
     event = f"data: {json.dumps(chunk)}\n\n".encode()
+    counts = {"prompt_tokens": 1, "completion_tokens": chunks, "total_tokens": chunks + 1}
+    usage = {"id": "c", "object": "text_completion", "choices": [], "usage": counts}
+    tail = f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode()
 
     async def completions(request: web.Request) -> web.StreamResponse:
         await request.read()
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        for _ in range(UPSTREAM_CHUNKS):
+        for index in range(chunks):
+            if interval_ms and index:
+                await asyncio.sleep(interval_ms / 1000)
             await response.write(event)
-        await response.write(b"data: [DONE]\n\n")
+        await response.write(tail)
         return response
 
     async def health(_: web.Request) -> web.Response:
@@ -301,28 +345,19 @@ async def open_loop(url: str, rate: float, duration_s: float, seed: int) -> dict
 
 
 def capacity(args: argparse.Namespace, root: Path) -> None:
-    port = free_port()
-    command = [sys.executable, __file__, "upstream", "--port", str(port)]
-    stub = subprocess.Popen(command, env=ENV)
-    direct = f"http://127.0.0.1:{port}"
     steps = []
-    try:
-        with router([direct]) as front:
-            asyncio.run(open_loop(front, 50, 2, 0))  # warm-up: connections, first probes
-            for rate in args.rates:
-                plain = asyncio.run(open_loop(direct, rate, args.step_seconds, 1))
-                routed = asyncio.run(open_loop(front, rate, args.step_seconds, 1))
-                added = routed["p99_ms"] - plain["p99_ms"]
-                steps.append({"rate": rate, "direct": plain, "router": routed,
-                              "added_p99_ms": added})  # fmt: skip
-                print(f"{rate:>6} req/s: p99 direct {plain['p99_ms']:.1f} ms, via router "
-                      f"{routed['p99_ms']:.1f} ms (+{added:.1f}); achieved "
-                      f"{routed['achieved_rps']:.0f}/s", flush=True)  # fmt: skip
-                if added > 10 or routed["achieved_rps"] < 0.9 * rate:
-                    break
-    finally:
-        stub.send_signal(signal.SIGTERM)
-        stub.wait(30)
+    with paced_upstream(UPSTREAM_CHUNKS, 0) as direct, router([direct]) as front:
+        asyncio.run(open_loop(front, 50, 2, 0))  # warm-up: connections, first probes
+        for rate in args.rates:
+            plain = asyncio.run(open_loop(direct, rate, args.step_seconds, 1))
+            routed = asyncio.run(open_loop(front, rate, args.step_seconds, 1))
+            added = routed["p99_ms"] - plain["p99_ms"]
+            steps.append({"rate": rate, "direct": plain, "router": routed, "added_p99_ms": added})
+            print(f"{rate:>6} req/s: p99 direct {plain['p99_ms']:.1f} ms, via router "
+                  f"{routed['p99_ms']:.1f} ms (+{added:.1f}); achieved "
+                  f"{routed['achieved_rps']:.0f}/s", flush=True)  # fmt: skip
+            if added > 10 or routed["achieved_rps"] < 0.9 * rate:
+                break
     within = [s["rate"] for s in steps if s["added_p99_ms"] <= 10 and s["router"]["failed"] == 0]
     results = {"max_rps_within_10ms_p99": max(within, default=0), "steps": steps}
     config = {"upstream": f"fixed answer, {UPSTREAM_CHUNKS} SSE chunks, no model",
@@ -348,9 +383,11 @@ def main() -> int:
                         default=[50, 100, 200, 300, 400, 600, 800])  # fmt: skip
     parser.add_argument("--step-seconds", type=float, default=10.0, help="capacity: per rate")
     parser.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--chunks", type=int, default=UPSTREAM_CHUNKS, help=argparse.SUPPRESS)
+    parser.add_argument("--interval-ms", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.which == "upstream":
-        upstream(args.port)
+        upstream(args.port, args.chunks, args.interval_ms)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -23,8 +23,6 @@ import random
 import time
 from dataclasses import dataclass, field
 
-import httpx
-
 from pagoda.engine.benchmarks.report import RequestResult, summarize
 
 logger = logging.getLogger(__name__)
@@ -95,18 +93,24 @@ def make_shared_prefix_requests(
 
 
 async def run_benchmark(config: BenchConfig, seed: int = 0) -> dict:
+    # aiohttp, not httpx: at hundreds of streams httpx's per-chunk cost made the load
+    # generator, not the server, what the figures measured.
+    import aiohttp
+
     headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
-    limits = httpx.Limits(max_connections=config.max_concurrency or len(config.requests))
-    async with httpx.AsyncClient(
-        base_url=config.base_url, headers=headers, timeout=None, limits=limits
-    ) as client:
-        model = config.model or await _first_model(client)
-        semaphore = asyncio.Semaphore(config.max_concurrency or len(config.requests))
+    concurrency = config.max_concurrency or len(config.requests)
+    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=0)
+    timeout = aiohttp.ClientTimeout(total=None)
+    async with aiohttp.ClientSession(
+        connector=connector, headers=headers, timeout=timeout
+    ) as session:
+        model = config.model or await _first_model(session, config.base_url)
+        semaphore = asyncio.Semaphore(concurrency)
         rng = random.Random(seed)
         started = time.perf_counter()
         tasks = []
         for request in config.requests:
-            tasks.append(asyncio.create_task(_limited(semaphore, client, config, model, request)))
+            tasks.append(asyncio.create_task(_limited(semaphore, session, config, model, request)))
             if config.request_rate != float("inf"):
                 await asyncio.sleep(rng.expovariate(config.request_rate))
         results = await asyncio.gather(*tasks)
@@ -114,20 +118,20 @@ async def run_benchmark(config: BenchConfig, seed: int = 0) -> dict:
     return summarize(results, duration) | {"model": model}
 
 
-async def _first_model(client: httpx.AsyncClient) -> str:
-    response = await client.get("/v1/models")
-    response.raise_for_status()
-    return response.json()["data"][0]["id"]
+async def _first_model(session, base_url: str) -> str:
+    async with session.get(f"{base_url}/v1/models") as response:
+        response.raise_for_status()
+        return (await response.json())["data"][0]["id"]
 
 
-async def _limited(semaphore, client, config, model, request) -> RequestResult:
+async def _limited(semaphore, session, config, model, request) -> RequestResult:
     async with semaphore:
-        return await _send(client, config, model, request)
+        return await _send(session, config, model, request)
 
 
-async def _send(
-    client: httpx.AsyncClient, config: BenchConfig, model: str, request: BenchRequest
-) -> RequestResult:
+async def _send(session, config: BenchConfig, model: str, request: BenchRequest) -> RequestResult:
+    import aiohttp
+
     payload = {
         "model": model,
         "prompt": request.prompt,
@@ -141,13 +145,13 @@ async def _send(
     result = RequestResult()
     started = time.perf_counter()
     try:
-        async with client.stream("POST", config.endpoint, json=payload) as response:
-            if response.status_code != 200:
-                body = (await response.aread()).decode(errors="replace")
-                return RequestResult(error=f"HTTP {response.status_code}: {body[:200]}")
-            async for line in response.aiter_lines():
-                _on_event(result, line, started)
-    except httpx.HTTPError as exc:
+        async with session.post(f"{config.base_url}{config.endpoint}", json=payload) as response:
+            if response.status != 200:
+                body = (await response.read()).decode(errors="replace")
+                return RequestResult(error=f"HTTP {response.status}: {body[:200]}")
+            async for line in response.content:
+                _on_event(result, line.decode().rstrip("\r\n"), started)
+    except (aiohttp.ClientError, TimeoutError) as exc:
         return RequestResult(error=f"{type(exc).__name__}: {exc}")
     result.latency = time.perf_counter() - started
     result.success = result.error is None
@@ -189,7 +193,6 @@ def requests_from_args(args: argparse.Namespace) -> list[BenchRequest]:
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
     config = BenchConfig(
         base_url=args.base_url.rstrip("/"),
         endpoint=args.endpoint,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
 
 from aiohttp import web
 
@@ -20,21 +19,11 @@ from pagoda.operator.router.discovery import Discovery
 from pagoda.operator.router.engines import EngineSet
 from pagoda.operator.router.holding import Holding
 from pagoda.operator.router.metrics import RouterMetrics
-from pagoda.operator.router.probes import Prober, ProbeSettings
-from pagoda.operator.router.proxy import Forwarder, RoutingSettings
+from pagoda.operator.router.probes import Prober
+from pagoda.operator.router.proxy import Forwarder
+from pagoda.operator.router.settings import RouterSettings
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RouterSettings:
-    host: str = "0.0.0.0"
-    port: int = 8000
-    max_held: int = 1024
-    queue_timeout_s: float = 60.0
-    drain_timeout_s: float = 20.0
-    routing: RoutingSettings = field(default_factory=RoutingSettings)
-    probes: ProbeSettings = field(default_factory=ProbeSettings)
 
 
 class Router:

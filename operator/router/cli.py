@@ -10,8 +10,12 @@ import argparse
 import logging
 import os
 
-from pagoda.operator.router.probes import ProbeSettings
-from pagoda.operator.router.proxy import POLICIES, RoutingSettings
+from pagoda.operator.router.settings import (
+    POLICIES,
+    ProbeSettings,
+    RouterSettings,
+    RoutingSettings,
+)
 
 DEFAULT_PORT = 8000
 
@@ -122,9 +126,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def settings_from(args: argparse.Namespace):
-    from pagoda.operator.router.app import RouterSettings
-
+def settings_from(args: argparse.Namespace) -> RouterSettings:
     if not 0 <= args.port < 65536:
         raise ValueError(f"--port must be in 0..65535, got {args.port}")
     for name in ("queue_timeout", "metrics_interval", "health_interval", "adapters_interval"):

@@ -16,7 +16,8 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Iterable
 
-DEFAULT_CHUNK_CHARS = 256
+from pagoda.operator.router.settings import DEFAULT_CHUNK_CHARS
+
 DEFAULT_MAX_HASHES = 200_000
 
 

@@ -17,11 +17,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
 
 import aiohttp
 
 from pagoda.operator.router.engines import Engine, EngineSet
+from pagoda.operator.router.settings import ProbeSettings
 
 log = logging.getLogger(__name__)
 
@@ -30,19 +30,6 @@ GAUGES = {
     "num_requests_waiting": "waiting",
     "kv_cache_usage_perc": "kv_usage",
 }
-
-
-@dataclass(frozen=True)
-class ProbeSettings:
-    health_interval_s: float = 1.0
-    metrics_interval_s: float = 0.25
-    adapters_interval_s: float = 2.0
-    timeout_s: float = 2.0
-    engine_api_key: str | None = None  # for /v1/lora_adapters, behind the engines' key
-
-    @property
-    def stale_after_s(self) -> float:
-        return max(4 * self.metrics_interval_s, 1.0)
 
 
 def parse_load(text: str) -> dict[str, float]:

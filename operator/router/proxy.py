@@ -3,7 +3,10 @@ response byte, and streams passed through chunk by chunk.
 
 - A connect error, a reset before the response began, or a 503 (the engine is draining,
   loading or full) sends the request to another engine, at most `retries` times; the
-  engine that failed to connect is marked unhealthy until its next health check.
+  engine that failed to connect is marked unhealthy until its next health check. A reset
+  alone says little about the engine (a pooled connection it had just closed, say): the
+  request may go to the same engine once more, on a new connection, and the engine stays
+  routable.
 - Once an engine answered, its status and bytes are the client's; if it dies mid-stream
   the client gets an SSE error event and the end of the stream, never a hang.
 - A client that disconnects cancels the handler (the server runs with handler
@@ -17,7 +20,6 @@ import json
 import logging
 import random
 import time
-from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
@@ -25,13 +27,13 @@ from aiohttp import web
 from pagoda.operator.router.engines import Engine, EngineSet
 from pagoda.operator.router.holding import Holding, HoldRefused
 from pagoda.operator.router.metrics import RouterMetrics
-from pagoda.operator.router.prefix import DEFAULT_CHUNK_CHARS, PrefixIndex, chunk_hashes
+from pagoda.operator.router.prefix import PrefixIndex, chunk_hashes
 from pagoda.operator.router.requests import RoutingInfo
 from pagoda.operator.router.scoring import Choice, choose, pick_revision
+from pagoda.operator.router.settings import RoutingSettings
 
 log = logging.getLogger(__name__)
 
-POLICIES = ("prefix", "least-loaded", "round-robin")
 FORWARDED_REQUEST_HEADERS = ("authorization", "content-type", "accept", "x-request-id")
 FORWARDED_RESPONSE_HEADERS = ("content-type", "retry-after", "x-request-id", "cache-control")
 RETRYABLE = (
@@ -39,20 +41,16 @@ RETRYABLE = (
     aiohttp.ServerDisconnectedError,
     aiohttp.ClientOSError,
 )
-
-
-@dataclass(frozen=True)
-class RoutingSettings:
-    policy: str = "prefix"
-    retries: int = 2
-    chunk_chars: int = DEFAULT_CHUNK_CHARS
-    revision_weights: dict[str, float] | None = None
+# Idle pooled connections are dropped before the engine's server drops them (uvicorn's
+# keep-alive is 5 s), so a request rarely lands on a connection that is being closed.
+KEEPALIVE_S = 4.0
 
 
 class _Retry(Exception):
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, same_engine_ok: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.same_engine_ok = same_engine_ok
 
 
 class Forwarder:
@@ -92,7 +90,7 @@ class Forwarder:
         """One connection pool per engine, kept while the engine is."""
         session = self._sessions.get(engine.name)
         if session is None:
-            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
             session = self._sessions[engine.name] = aiohttp.ClientSession(
                 connector=connector, timeout=timeout, auto_decompress=False
@@ -108,6 +106,7 @@ class Forwarder:
         adapter = info.lora_name or (info.model if self.engines.known_adapter(info.model) else None)
         hashes = chunk_hashes(info.text, adapter, self.settings.chunk_chars) if info.text else []
         tried: set[str] = set()
+        reset_once: set[str] = set()  # engines given a second chance after a reset
         for attempt in range(self.settings.retries + 1):
             try:
                 engine = await self._pick(adapter, hashes, tried)
@@ -121,7 +120,9 @@ class Forwarder:
                 return await self._forward(request, engine, body, info, last)
             except _Retry as retry:
                 self.metrics.retries.labels(retry.reason).inc()
-                tried.add(engine.name)
+                if not (retry.same_engine_ok and engine.name not in reset_once):
+                    tried.add(engine.name)
+                reset_once.add(engine.name)
         self.metrics.requests.labels("none", "engine_error").inc()
         return _error(502, f"every engine tried failed ({', '.join(sorted(tried))})", 1)
 
@@ -185,13 +186,14 @@ class Forwarder:
                     data=body or None,
                     headers=headers,
                 )
-            except RETRYABLE as exc:
+            except aiohttp.ClientConnectorError:
                 engine.healthy = False  # until its next health check says otherwise
                 outcome = "engine_error"
-                reason = (
-                    "connect_error" if isinstance(exc, aiohttp.ClientConnectorError) else "reset"
-                )
-                raise _Retry(reason) from None
+                raise _Retry("connect_error") from None
+            except RETRYABLE as exc:
+                log.info("engine %s reset a request before answering: %r", engine.name, exc)
+                outcome = "engine_error"
+                raise _Retry("reset", same_engine_ok=True) from None
             if upstream.status == 503 and not last:
                 outcome = "engine_error"
                 raise _Retry("unavailable")
