@@ -8,6 +8,7 @@ subcommands, whose imports need torch: the operator image has no torch (images/o
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import logging
 import os
 import time
@@ -98,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     import kopf
 
     from pagoda.operator import handlers  # noqa: F401  (registers the handlers)
+    from pagoda.operator.autoscaler.loop import Autoscaler
     from pagoda.operator.kube import Kube
     from pagoda.operator.reconcile import Reconciler
 
@@ -106,9 +108,13 @@ def run(args: argparse.Namespace) -> int:
     config = OperatorConfig(
         args.engine_image, args.http_address, args.peering_lifetime, args.resync_seconds
     )
+    kube = Kube(api_client())
     reconciler = Reconciler(
-        Kube(api_client()), args.engine_image, post_event, adopt, router_image=args.router_image
+        kube, args.engine_image, post_event, adopt, router_image=args.router_image
     )
+    autoscaler = Autoscaler(kube, post_event)
+    # the autoscaler's rounds: short (a few reads, a write), never on kopf's own workers
+    autoscale_pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="autoscale")
     priority = default_priority() if args.priority is None else args.priority
     log.info("pagoda operator %s, peering priority %d", args.identity or "", priority)
     kopf.run(
@@ -117,7 +123,12 @@ def run(args: argparse.Namespace) -> int:
         peering_name=None if args.standalone else args.peering,
         priority=priority,
         identity=args.identity,
-        memo=kopf.Memo(config=config, reconciler=reconciler),
+        memo=kopf.Memo(
+            config=config,
+            reconciler=reconciler,
+            autoscaler=autoscaler,
+            autoscale_pool=autoscale_pool,
+        ),
     )
     return 0
 

@@ -9,6 +9,9 @@ annotations under serving.pagoda.dev/ instead.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextvars
 import logging
 from typing import Any
 
@@ -16,6 +19,7 @@ import kopf
 
 from pagoda.operator import endpoints, metrics
 from pagoda.operator.api.types import GROUP, PLURAL, VERSION
+from pagoda.operator.autoscaler.loop import SYNC_S
 from pagoda.operator.builders.names import LABEL_ISVC, MANAGED_BY_LABEL
 from pagoda.operator.kube import ApiError
 
@@ -117,3 +121,27 @@ def role_binding_event(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger,
 @kopf.on.event("v1", "pods", labels=MANAGED_BY_LABEL)
 def pod_event(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
     _child_event(body, "pod", memo, logger)
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10)
+async def autoscale(
+    stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any
+) -> None:
+    """The built-in autoscaler's rounds for one InferenceService, while it exists and this
+    operator is the active peer (kopf stops daemons while paused). Each round runs on the
+    autoscaler's own threads, so no number of InferenceServices starves the reconciles."""
+    namespace, name = body.metadata.namespace, body.metadata.name
+    loop = asyncio.get_running_loop()
+    pool: concurrent.futures.Executor = memo.autoscale_pool
+    try:
+        while not stopped:
+            # kopf.event (the autoscaler's Events) needs kopf's context in that thread
+            context = contextvars.copy_context()
+            try:
+                await loop.run_in_executor(pool, context.run, memo.autoscaler.tick, namespace, name)
+            except ApiError as exc:
+                metrics.AUTOSCALER_ERRORS.labels(namespace, name).inc()
+                logger.warning("autoscaler round failed, next in %.0f s: %s", SYNC_S, exc)
+            await stopped.wait(SYNC_S)
+    finally:
+        memo.autoscaler.forget(namespace, name)

@@ -150,6 +150,11 @@ class Kube:
         path = kind.path(namespace, name) + "/status"
         self.request("PATCH", path, body={"status": status}, content_type=MERGE)
 
+    def patch_scale(self, kind: Kind, namespace: str, name: str, replicas: int) -> None:
+        """Write `spec.replicas` through the scale subresource (as `kubectl scale` does)."""
+        path = kind.path(namespace, name) + "/scale"
+        self.request("PATCH", path, body={"spec": {"replicas": replicas}}, content_type=MERGE)
+
     def forget_discovery(self) -> None:
         """Drop cached answers (an API was found gone: its CRD was deleted)."""
         with self._discovery_lock:

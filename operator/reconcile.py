@@ -109,7 +109,9 @@ class Reconciler:
         pods = self.kube.list(POD, isvc.namespace, selector)
         status = compute_status(isvc, Observed(deployments, pods, problem), previous, self.clock())
         if previous is None or status.dump() != previous.dump():
-            self.kube.patch_status(INFERENCE_SERVICE, isvc.namespace, isvc.name, status.dump())
+            written = status.dump()
+            written.pop("autoscaling", None)  # the autoscaler's own part: never overwritten
+            self.kube.patch_status(INFERENCE_SERVICE, isvc.namespace, isvc.name, written)
         for type_, reason, message in transitions(previous, status):
             self.post_event(body, type_, reason, message)
 

@@ -166,6 +166,8 @@ def compute_status(
         selector=names.selector_string(names.engine_selector(isvc)),
         current_revision=serving_revision(isvc, observed, previous),
         conditions=stamped,
+        # the autoscaler's part, written by it alone (a merge patch leaves it as is)
+        autoscaling=previous.autoscaling if previous else None,
     )
 
 

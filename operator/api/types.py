@@ -99,35 +99,68 @@ class EngineSpec(ApiModel):
 
 
 class Autoscaling(ApiModel):
-    """Replica bounds and targets. `builtin`: Pagoda's autoscaler writes `spec.replicas`;
-    `external`: an HPA or KEDA does, through the scale subresource."""
+    """Replica bounds and targets. `builtin`: Pagoda's autoscaler writes `spec.replicas`
+    from the engines' queues, KV-cache use and running requests (read through the
+    routers every 2 s); `external`: it never does, and an HPA or KEDA drives the scale
+    subresource."""
 
     model_config = ConfigDict(
         json_schema_extra=cel(
-            ("self.minReplicas <= self.maxReplicas", "minReplicas must not exceed maxReplicas")
+            ("self.minReplicas <= self.maxReplicas", "minReplicas must not exceed maxReplicas"),
+            (
+                "self.panicWindowSeconds <= self.stableWindowSeconds",
+                "panicWindowSeconds must not exceed stableWindowSeconds",
+            ),
         )
     )
 
     mode: Literal["builtin", "external"] = "builtin"
-    """`builtin`: the operator writes `spec.replicas`; `external`: it never does, and an
-    HPA or KEDA drives the scale subresource."""
+    """`builtin`: the operator alone writes `spec.replicas` (through the scale
+    subresource); `external`: it never does, and an HPA or KEDA drives the scale
+    subresource."""
 
     min_replicas: int = Field(default=1, ge=0)
-    """The fewest engine pods to keep."""
+    """The fewest engine pods to keep. 0: scale to zero after `scaleToZeroAfterSeconds`
+    without requests; the routers hold the next request and it brings one pod back."""
 
     max_replicas: int = Field(default=1, ge=1)
     """The most engine pods to run."""
 
     target_queue_depth: float = Field(default=8.0, gt=0)
-    """Waiting requests per replica the autoscaler aims for."""
+    """Waiting requests per replica to aim for (the engines' queues plus the requests
+    the routers hold)."""
 
     target_kv_cache_utilization: float = Field(
         default=0.8, gt=0, le=1, alias="targetKVCacheUtilization"
     )
-    """KV-cache usage (0..1] per replica the autoscaler aims for."""
+    """KV-cache usage (0..1] per replica to aim for."""
 
-    scale_down_delay_seconds: int = Field(default=300, ge=0)
-    """How long load must stay low before a replica is removed."""
+    target_running_requests: int | None = Field(default=None, ge=1)
+    """Running requests per replica to aim for; set it below the engine's
+    `--max-num-seqs` (unset: running requests are not a signal)."""
+
+    stable_window_seconds: int = Field(default=60, ge=6, le=3600)
+    """The signals are averaged over this window for ordinary decisions."""
+
+    panic_window_seconds: int = Field(default=6, ge=2, le=600)
+    """The short window: when its average asks for `panicThreshold` times the current
+    replicas or more, the autoscaler scales up at once and does not scale down for a
+    stable window."""
+
+    panic_threshold: float = Field(default=2.0, gt=1, le=100)
+    """How many times the current replicas the short window must ask for to panic."""
+
+    max_scale_up_rate: float = Field(default=2.0, gt=1, le=1000)
+    """One decision grows the replicas to at most this many times the current count
+    (and always by at least one)."""
+
+    scale_down_delay_seconds: int = Field(default=300, ge=0, le=86400)
+    """How long every recommendation must stay below the current replicas before one
+    replica is removed (one at a time; each removal drains through the routers)."""
+
+    scale_to_zero_after_seconds: int = Field(default=300, ge=0, le=86400)
+    """With `minReplicas: 0`: how long without any request before the last replica is
+    removed."""
 
 
 class Rollout(ApiModel):
@@ -302,8 +335,8 @@ class InferenceServiceSpec(ApiModel):
     """Engine pods to run (the scale subresource's spec path)."""
 
     autoscaling: Autoscaling | None = None
-    """Absent: `replicas` is fixed. In this version both modes keep `replicas` as written
-    (by a user, an HPA or KEDA)."""
+    """Absent: `replicas` is fixed (written by a user). `builtin`: the operator's
+    autoscaler writes `replicas`; `external`: an HPA or KEDA does."""
 
     rollout: Rollout = Field(default_factory=Rollout)
     """How a changed spec replaces running engine pods."""
@@ -345,6 +378,58 @@ class Condition(ApiModel):
     """The metadata.generation this condition was computed for."""
 
 
+class ScaleDecision(ApiModel):
+    """One change of `spec.replicas` the autoscaler made."""
+
+    time: str
+    """When (RFC 3339)."""
+
+    from_replicas: int
+    """Replicas before."""
+
+    to_replicas: int
+    """Replicas after."""
+
+    reason: str
+    """Why, with the signal and its value against the target."""
+
+
+class AutoscalingStatus(ApiModel):
+    """What the built-in autoscaler saw and decided (absent in `external` mode)."""
+
+    desired_replicas: int
+    """The replicas it recommends now."""
+
+    current_replicas: int
+    """`spec.replicas` when it decided."""
+
+    mode: str
+    """`Stable`, `Panic` (scaling up at once on a burst), `HeldAtMin`, `MaxReached`,
+    `ScaledToZero`, or `NoSignals` (no router answered: it holds the replicas)."""
+
+    signal: str | None = None
+    """The dominant signal: `queueDepth`, `kvCacheUtilization` or `runningRequests`."""
+
+    signal_value: float | None = None
+    """Its average per replica over the window that decided."""
+
+    signal_target: float | None = None
+    """Its target per replica."""
+
+    held_requests: int = 0
+    """Requests the routers hold for want of a ready engine."""
+
+    last_scale_time: str | None = None
+    """When it last changed `spec.replicas`."""
+
+    cold_start_seconds: float | None = None
+    """From creation to Ready of the most recently started engine pod: how far ahead
+    the targets must look."""
+
+    decisions: list[ScaleDecision] = Field(default_factory=list)
+    """Its last five changes of `spec.replicas`, newest last."""
+
+
 class InferenceServiceStatus(ApiModel):
     """What the operator observed; written only by the operator (status subresource)."""
 
@@ -371,6 +456,9 @@ class InferenceServiceStatus(ApiModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     """Ready, Progressing and Degraded, each with a reason."""
+
+    autoscaling: AutoscalingStatus | None = None
+    """The built-in autoscaler's view: signals, targets, mode and recent decisions."""
 
 
 # Rules on the whole object (the root schema may read metadata.name).

@@ -5,7 +5,8 @@
 - `GET /v1/models`: forwarded to a routable engine (held like a request while none is);
 - `GET /health`: 200 while the router runs (it holds requests when no engine is routable);
 - `GET /metrics`: the router's metrics (`pagoda_router:`);
-- `GET /stats`: JSON: requests held, routable engines, each engine's state and load.
+- `GET /stats`: JSON: requests held and received, routable engines, each engine's state and
+  load (what the autoscaler reads).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Router:
             settings.probes.stale_after_s,
         )
         self._tasks: list[asyncio.Task] = []
+        self.received = 0
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 2**20)
@@ -75,9 +77,11 @@ class Router:
         await self.forwarder.close()
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
+        self.received += 1
         return await self.forwarder.handle(request, chat=False)
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        self.received += 1
         return await self.forwarder.handle(request, chat=True)
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
@@ -98,6 +102,9 @@ class Router:
         return web.json_response(
             {
                 "held": self.holding.count,
+                # completions and chat requests since the router started (the
+                # autoscaler's "a request arrived" signal, scale to zero's clock)
+                "requests_received": self.received,
                 "routable_engines": len(self.engines.routable()),
                 "engines": self.engines.snapshot(),
             }

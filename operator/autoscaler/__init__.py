@@ -1,0 +1,1 @@
+"""The built-in autoscaler: signals from the routers, a pure decision, the scale write."""
