@@ -15,8 +15,8 @@ current replicas and the clock, so every rule is tested with a table and a fake 
    Down: one replica at a time, only once every recommendation of the last
    `scaleDownDelaySeconds` was below the current count, and only when every sample of the
    stable window was complete (a figure that could not be read never counts as idle).
-5. Zero: with `minReplicas: 0`, only after `scaleToZeroAfterSeconds` without a request;
-   a request held at zero brings one replica back at once.
+5. Zero: with `minReplicas: 0`, only after `scaleToZeroAfterSeconds` without a request
+   while an engine was routable; a request held at zero brings one replica back at once.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class Sample:
     held: int = 0  # requests the routers hold for want of a ready engine
     active: bool = False  # a request arrived or ran since the sample before
     complete: bool = True  # every router answered and every engine's figures were fresh
+    routable: int = 1  # engines the routers can send to (0 while the first one starts)
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,10 @@ def decide(
     """The replicas to run now. `history` is the samples so far, oldest first (those
     older than the stable window are ignored)."""
     latest = history[-1] if history else None
-    last_active = now if latest and latest.active else memory.last_active
+    # the idle clock starts once an engine can serve: a replica still starting (for
+    # minutes, with a large model) is never taken for an idle one
+    waking = latest is not None and latest.routable == 0 and current > 0
+    last_active = now if latest and (latest.active or waking) else memory.last_active
     memory = replace(memory, last_active=last_active)
     if latest is None or latest.at < now - SIGNALS_MAX_AGE_S:
         return _without_signals(spec, current, memory)

@@ -100,6 +100,7 @@ def sample_from(
         waiting += float(engine.get("waiting") or 0)
         running += float(engine.get("running") or 0)
         kv_usage += float(engine.get("kv_cache_usage") or 0)
+    routable = sum(1 for e in freshest.values() if e.get("routable"))
     held = sum(r.held for r in readings)
     arrived = any(r.received != received_before.get(r.pod, 0) for r in readings)
     return Sample(
@@ -110,6 +111,7 @@ def sample_from(
         held=held,
         active=arrived or bool(waiting or running or held),
         complete=complete,
+        routable=routable,
     )
 
 

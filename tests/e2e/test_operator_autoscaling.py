@@ -74,8 +74,8 @@ def autoscaling_status(api, namespace: str, name: str) -> dict:
 def test_a_queue_scales_up_at_once_and_load_gone_scales_down_after_the_delay(
     api, real_engines, namespace
 ):
-    spec = {"minReplicas": 1, "maxReplicas": 2, "targetQueueDepth": 2,
-            "stableWindowSeconds": 10, "panicWindowSeconds": 4, "scaleDownDelaySeconds": 20}  # fmt: skip
+    spec = {"minReplicas": 1, "maxReplicas": 2, "targetQueueDepth": 2, "stableWindowSeconds": 10,
+            "panicWindowSeconds": 4, "scaleDownDelaySeconds": 20}  # fmt: skip
     env.create(api, namespace, scaled_isvc("burst", 1, **spec))
     env.wait_ready(api, namespace, "burst", timeout_s=STARTUP_S)
     url = router_urls(api, namespace, "burst", routable=1)[0]
@@ -85,7 +85,12 @@ def test_a_queue_scales_up_at_once_and_load_gone_scales_down_after_the_delay(
     started = time.monotonic()
     wait_for(lambda: replicas(api, namespace, "burst") == 2, "a second replica asked for", 30)
     asked_after = time.monotonic() - started
-    status = autoscaling_status(api, namespace, "burst")
+    status = wait_for(  # written just after the scale
+        lambda: autoscaling_status(api, namespace, "burst").get("decisions") and
+        autoscaling_status(api, namespace, "burst"),
+        "the decision in the status",
+        10,
+    )  # fmt: skip
     assert status["decisions"][-1]["fromReplicas"] == 1
     assert status["decisions"][-1]["toReplicas"] == 2
     assert "queueDepth" in status["decisions"][-1]["reason"]
@@ -114,7 +119,8 @@ def test_a_queue_scales_up_at_once_and_load_gone_scales_down_after_the_delay(
 
 def test_idle_scales_to_zero_and_a_request_brings_a_replica_back(api, real_engines, namespace):
     spec = {"minReplicas": 0, "maxReplicas": 1, "scaleToZeroAfterSeconds": 8,
-            "scaleDownDelaySeconds": 4, "stableWindowSeconds": 6, "panicWindowSeconds": 2}  # fmt: skip
+            "scaleDownDelaySeconds": 4, "stableWindowSeconds": 6,
+            "panicWindowSeconds": 2}  # fmt: skip
     env.create(api, namespace, scaled_isvc("sleepy", 1, **spec))
     env.wait_ready(api, namespace, "sleepy", timeout_s=STARTUP_S)
     urls = router_urls(api, namespace, "sleepy", routable=1)
@@ -123,8 +129,10 @@ def test_idle_scales_to_zero_and_a_request_brings_a_replica_back(api, real_engin
 
     wait_for(lambda: replicas(api, namespace, "sleepy") == 0, "scaled to zero", 60)
     wait_for(
-        lambda: env.condition(env.get(api, namespace, "sleepy"), "Ready").get("reason")
-        == "ScaledToZero",
+        lambda: (
+            env.condition(env.get(api, namespace, "sleepy"), "Ready").get("reason")
+            == "ScaledToZero"
+        ),
         "Ready says ScaledToZero",
         30,
     )

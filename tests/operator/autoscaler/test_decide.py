@@ -149,3 +149,12 @@ def test_without_signals_the_bounds_still_apply():
     assert decide([], spec(minReplicas=2), 1, 0.0, memory).desired == 2
     assert decide([], spec(maxReplicas=2), 5, 0.0, memory).desired == 2
     assert decide([], spec(), 3, 0.0, memory).mode == "NoSignals"
+
+
+def test_a_replica_still_starting_is_not_idle():
+    # a cold start longer than the idle time: no scale to zero before it can serve
+    sim = Sim(spec(minReplicas=0, scaleToZeroAfterSeconds=10, scaleDownDelaySeconds=4))
+    sim.run(60, active=False, routable=0)
+    assert sim.replicas == 1
+    sim.run(20, active=False, routable=1)
+    assert sim.replicas == 0

@@ -22,7 +22,7 @@ def test_the_freshest_figures_of_each_engine_win_and_held_requests_add_up():
     ]
     sample = sample_from(readings, 0, {}, now=5.0)
     assert (sample.waiting, sample.running, sample.kv_usage, sample.held) == (7.0, 2.0, 0.5, 3)
-    assert sample.complete and sample.active and sample.at == 5.0
+    assert sample.complete and sample.active and sample.at == 5.0 and sample.routable == 2
 
 
 def test_terminating_engines_are_neither_demand_nor_capacity():
