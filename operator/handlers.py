@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import dataclasses
 import logging
 from typing import Any
 
@@ -123,14 +124,30 @@ def pod_event(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any
     _child_event(body, "pod", memo, logger)
 
 
+def _without_finalizer(fn):
+    """kopf puts its finalizer on every object a daemon serves, to stop the daemon before
+    the object goes. The autoscaler's needs none: it ends itself once its InferenceService
+    is gone, and a finalizer would make InferenceServices undeletable while the operator
+    is down. kopf 1.45 has no public switch for it (nolar/kopf#833), so the registered
+    handler is replaced by a copy without it (tests/operator/test_handlers.py checks)."""
+    spawning = kopf.get_default_registry()._spawning
+    spawning._handlers = [
+        dataclasses.replace(h, requires_finalizer=False) if h.fn is fn else h
+        for h in spawning._handlers
+    ]
+    return fn
+
+
+@_without_finalizer
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10)
 async def autoscale(
     stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any
 ) -> None:
-    """The built-in autoscaler's rounds for one InferenceService, while it exists and this
-    operator is the active peer (kopf stops daemons while paused). Each round runs on the
-    autoscaler's own threads, so no number of InferenceServices starves the reconciles."""
-    namespace, name = body.metadata.namespace, body.metadata.name
+    """The built-in autoscaler's rounds for one InferenceService, until it is gone (or
+    replaced by one of the same name), while this operator is the active peer (kopf
+    stops daemons while paused). Each round runs on the autoscaler's own threads, so no
+    number of InferenceServices starves the reconciles."""
+    namespace, name, uid = body.metadata.namespace, body.metadata.name, body.metadata.uid
     loop = asyncio.get_running_loop()
     pool: concurrent.futures.Executor = memo.autoscale_pool
     try:
@@ -138,10 +155,15 @@ async def autoscale(
             # kopf.event (the autoscaler's Events) needs kopf's context in that thread
             context = contextvars.copy_context()
             try:
-                await loop.run_in_executor(pool, context.run, memo.autoscaler.tick, namespace, name)
+                alive = await loop.run_in_executor(
+                    pool, context.run, memo.autoscaler.tick, namespace, name, uid
+                )
             except ApiError as exc:
+                alive = True
                 metrics.AUTOSCALER_ERRORS.labels(namespace, name).inc()
                 logger.warning("autoscaler round failed, next in %.0f s: %s", SYNC_S, exc)
+            if not alive:
+                return
             await stopped.wait(SYNC_S)
     finally:
         memo.autoscaler.forget(namespace, name)

@@ -68,18 +68,20 @@ class Autoscaler:
             for signal in ("queueDepth", "kvCacheUtilization", "runningRequests"):
                 _remove(gauge, labels | {"signal": signal})
 
-    def tick(self, namespace: str, name: str) -> None:
+    def tick(self, namespace: str, name: str, uid: str | None = None) -> bool:
+        """One round; False once the InferenceService (of this uid) is gone."""
         body = self.kube.get(INFERENCE_SERVICE, namespace, name)
         if body is None or body["metadata"].get("deletionTimestamp"):
-            self.forget(namespace, name)
-            return
+            return False
+        if uid is not None and body["metadata"].get("uid") != uid:
+            return False  # deleted and created again: that one has its own daemon
         isvc = Isvc.from_body(body)
         spec = isvc.spec.autoscaling
         if spec is None or spec.mode != "builtin":
             self.forget(namespace, name)
             if (body.get("status") or {}).get("autoscaling") is not None:
                 self.kube.patch_status(INFERENCE_SERVICE, namespace, name, {"autoscaling": None})
-            return
+            return True
         now, current = self.clock(), isvc.spec.replicas
         with self._lock:
             state = self._states.setdefault(
@@ -96,6 +98,7 @@ class Autoscaler:
         status = _status(isvc, current, decision, decisions, cold_start, body)
         self._write_status(isvc, state, status, now)
         _export(isvc, decision, cold_start)
+        return True
 
     def _observe(self, isvc: Isvc, state: _State, now: float) -> None:
         selector = names.selector_string(names.router_selector(isvc) | names.MANAGED_BY_LABEL)
