@@ -36,6 +36,16 @@ INVALID = [
         "minReplicas must not exceed maxReplicas",
     ),
     (
+        "panic window longer than the stable window",
+        {"model": TINY, "autoscaling": {"panicWindowSeconds": 90, "stableWindowSeconds": 60}},
+        "panicWindowSeconds must not exceed stableWindowSeconds",
+    ),
+    (
+        "scale-up rate that cannot grow",
+        {"model": TINY, "autoscaling": {"maxScaleUpRate": 1}},
+        "spec.autoscaling.maxScaleUpRate in body should be greater than 1",
+    ),
+    (
         "unknown model scheme",
         {"model": {"uri": "s3://bucket/llama"}},
         "spec.model.uri in body should match",
