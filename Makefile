@@ -10,7 +10,7 @@ TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 TINY_MODEL := .cache/tiny-llama
 PORT ?= 8000
 
-.PHONY: setup test lint format run clean generate
+.PHONY: setup test soak lint format run clean generate
 
 setup: $(STAMP)
 
@@ -30,6 +30,11 @@ $(STAMP): pyproject.toml constraints.txt
 
 test: setup k8s-tools
 	$(BIN)/pytest
+
+# The autoscaler under 10 minutes of noisy load, then three cold starts from zero: a
+# benchmark (bench/results/<date>-cpu-autoscaler-soak.json), not part of `make test`.
+soak: setup k8s-tools
+	$(BIN)/pytest -m soak -s tests/e2e/test_autoscaler_soak.py
 
 lint: setup
 	$(BIN)/ruff check .

@@ -1,7 +1,8 @@
 """A stand-in for `pagoda serve` in pods the operator creates: a real HTTP process on
 the pod's IP with the engine's probe and scrape endpoints (/health, /metrics,
-/v1/models), and a drain on SIGTERM. The real server is on the openai-server branch;
-these tests check what the operator builds around it, not the engine.
+/v1/models), and a drain on SIGTERM, for tests of what the operator builds around the
+engine; tests that need the engine itself back pods with the real `pagoda serve`
+(`operator_env.serve_real_engines`).
 
 Run as a script (never `-m` from the repository root): `python engine_stub.py --host H
 --port P --model NAME`.

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -196,3 +198,35 @@ def test_builtin_mode_keeps_the_replicas_within_bounds_without_signals(
     env.patch(api, namespace, "bounded", {"spec": {"autoscaling": {"maxReplicas": 2,
               "minReplicas": 1}, "replicas": 4}})  # fmt: skip
     wait_for(lambda: replicas(api, namespace, "bounded") == 2, "lowered to maxReplicas", 30)
+
+
+def test_a_leader_killed_mid_way_changes_no_decision(
+    api, backer, pagoda_operator, real_engines, namespace
+):
+    from tests.e2e.test_operator_ha import leader_and_standby
+
+    # idle at 2 replicas: the leader would remove one a delay after it first looked
+    spec = {"minReplicas": 1, "maxReplicas": 2, "scaleDownDelaySeconds": 60,
+            "stableWindowSeconds": 6, "panicWindowSeconds": 2}  # fmt: skip
+    leader, standby = leader_and_standby(api, pagoda_operator)
+    env.create(api, namespace, scaled_isvc("failover", 2, **spec))
+    env.wait_ready(api, namespace, "failover", timeout_s=STARTUP_S)
+    assert replicas(api, namespace, "failover") == 2
+    os.kill(backer.pods[leader.metadata.uid].proc.pid, signal.SIGKILL)
+    killed = time.monotonic()
+
+    # the standby takes over with no history: it holds the replicas for a full delay of
+    # its own observation (never less, never a scale-up), then makes the same decision
+    seen = set()
+    while time.monotonic() - killed < 50:
+        seen.add(replicas(api, namespace, "failover"))
+        time.sleep(1)
+    assert seen == {2}, f"replicas moved within 50 s of the failover: {seen}"
+    wait_for(lambda: replicas(api, namespace, "failover") == 1, "the scale-down", 90)
+    scaled = re.findall(
+        r'^pagoda_operator_autoscaler_scale_events_total\{direction="down",'
+        r'inferenceservice="failover",namespace="' + namespace + r'"\} (\S+)$',
+        env.scrape(standby),
+        re.M,
+    )
+    assert scaled == ["1.0"], "the scale-down was not the new leader's"
