@@ -1,17 +1,19 @@
 """The autoscaler's decision: a pure function of the signals' history, the spec, the
 current replicas and the clock, so every rule is tested with a table and a fake clock.
 
-1. Each signal is turned into the replicas it asks for: waiting requests (the engines'
-   queues plus what the routers hold) over `targetQueueDepth`, the sum of the engines'
-   KV-cache usage over `targetKVCacheUtilization`, running requests over
-   `targetRunningRequests` (when set). The largest wins: the dominant signal.
+1. Each signal is turned into the replicas it asks for: the queue (the engines' waiting
+   requests plus what the routers hold) at `targetQueueDepth` per replica (see
+   `queue_replicas`), the sum of the engines' KV-cache usage over
+   `targetKVCacheUtilization`, running requests over `targetRunningRequests` (when set).
+   The largest wins: the dominant signal.
 2. Averages over the stable window (60 s) decide ordinarily. When the panic window's
    (6 s) average asks for `panicThreshold` times the current replicas or more, the
    autoscaler panics: it scales up at once, and for a stable window after the last such
    burst it never scales down.
 3. The current replicas include pods still starting, and the replicas asked for are an
    absolute count: capacity that is on its way is never asked for twice.
-4. Up: at once, to at most `maxScaleUpRate` times the current count (at least +1).
+4. Up: at once, to at most `maxScaleUpRate` times the current count (at least +1), unless
+   the signal asks for at most 10% more than the current count.
    Down: one replica at a time, only once every recommendation of the last
    `scaleDownDelaySeconds` was below the current count, and only when every sample of the
    stable window was complete (a figure that could not be read never counts as idle).
@@ -28,6 +30,7 @@ from dataclasses import dataclass, replace
 from pagoda.operator.api.types import Autoscaling
 
 EPSILON = 1e-9  # so 16 waiting / 8 per replica asks for 2, not 3 after float error
+TOLERANCE = 0.1  # asked within 10% above the current count: no scale-up (as the HPA's)
 SIGNALS_MAX_AGE_S = 10.0  # no sample this recent (no router answered): hold the replicas
 
 
@@ -80,10 +83,22 @@ class Decision:
     considered: tuple[Signal, ...] = ()  # every signal, over the window that decided
 
 
+def queue_replicas(sample_avg: Sample, target: float) -> float:
+    """The replicas at which the same demand would leave `target` waiting per replica.
+
+    Not `waiting / target`: each added replica also runs what one replica runs, so the
+    queue shrinks by more than its share; read naively, the queue asks for fewer replicas
+    the more there are and the count swings around the target. Demand (waiting plus
+    running) over (target plus what one routable engine runs) does not depend on the
+    current count; with nothing running it is `waiting / target`."""
+    per_engine = sample_avg.running / max(sample_avg.routable, 1)
+    return (sample_avg.waiting + sample_avg.running) / (target + per_engine)
+
+
 def signals(sample_avg: Sample, spec: Autoscaling, current: int) -> list[Signal]:
     per = max(current, 1)
     found = [
-        Signal("queueDepth", sample_avg.waiting / spec.target_queue_depth,
+        Signal("queueDepth", queue_replicas(sample_avg, spec.target_queue_depth),
                sample_avg.waiting / per, spec.target_queue_depth),
         Signal("kvCacheUtilization", sample_avg.kv_usage / spec.target_kv_cache_utilization,
                sample_avg.kv_usage / per, spec.target_kv_cache_utilization),
@@ -107,6 +122,7 @@ def average(samples: Sequence[Sample]) -> Sample:
         held=samples[-1].held,
         active=any(s.active for s in samples),
         complete=all(s.complete for s in samples),
+        routable=samples[-1].routable,
     )
 
 
@@ -153,6 +169,8 @@ def decide(
     memory = _remember(memory, now, recommended, spec.scale_down_delay_seconds)
 
     desired, mode, reason = current, "Panic" if panic_until else "Stable", _why(signal)
+    if recommended > current and signal.replicas_asked <= current * (1 + TOLERANCE):
+        recommended = current  # within the tolerance of the current count: noise
     if recommended > current:
         ceiling = max(current + 1, math.ceil(current * spec.max_scale_up_rate - EPSILON))
         desired = min(recommended, ceiling)

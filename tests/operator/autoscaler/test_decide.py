@@ -158,3 +158,18 @@ def test_a_replica_still_starting_is_not_idle():
     assert sim.replicas == 1
     sim.run(20, active=False, routable=1)
     assert sim.replicas == 0
+
+
+def test_a_steady_demand_settles_on_one_count_whatever_the_start():
+    # demand D in the system, 2 running per replica, the rest waiting: the queue at the
+    # target (4 per replica) needs D / (4 + 2) replicas, from above or from below
+    autoscaling = spec(targetQueueDepth=4, scaleDownDelaySeconds=20, panicThreshold=100)
+    for start in (1, 2, 5):
+        sim, rng = Sim(autoscaling, replicas=start), __import__("random").Random(start)
+        for _ in range(300):
+            demand = rng.uniform(11, 13)  # noisy, around two replicas' worth
+            running = min(demand, 2.0 * sim.replicas)
+            sim.run(2, waiting=demand - running, running=running, routable=sim.replicas)
+        assert sim.replicas == 2, (start, sim.changes)
+        directions = {after > before for _, before, after in sim.changes}
+        assert len(directions) <= 1, f"from {start} it changed direction: {sim.changes}"
