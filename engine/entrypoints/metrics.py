@@ -9,6 +9,7 @@ the frontend's per-request stats.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 import prometheus_client
@@ -215,8 +216,10 @@ class PrometheusStatLogger:
         self._previous = SchedulerStats(0, 0, 0.0, 0, 0, 0)
 
     def start_from(self, stats: SchedulerStats) -> None:
-        """Count the core's running totals from here on (e.g. not the warm-up request)."""
-        self._previous = stats
+        """Count the core's running totals from here on (e.g. not the warm-up request).
+        Adapter loads are counted from the start: `--lora-modules` adapters are read while
+        the server starts, and how far that got by now is a race."""
+        self._previous = dataclasses.replace(stats, lora_states=())
 
     def record(self, scheduler_stats: SchedulerStats, iteration_stats: IterationStats) -> None:
         names = self.lora_names() if self.max_loras is not None else {}
