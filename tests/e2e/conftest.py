@@ -74,3 +74,11 @@ def pagoda_operator(cluster, api, backer, tmp_path_factory):
     )
     yield operator
     operator_env.uninstall(cluster, api, operator)
+
+
+@pytest.fixture
+def real_engines(backer, pagoda_operator, llama_dir):
+    """Engine pods labelled `backed("pagoda-serve")` run the real `pagoda serve`."""
+    from tests.e2e import operator_env
+
+    operator_env.serve_real_engines(backer, llama_dir)

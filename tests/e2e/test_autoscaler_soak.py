@@ -76,11 +76,6 @@ def direction_changes(decisions: list[tuple[int, int]]) -> int:
     return sum(1 for a, b in itertools.pairwise(signs) if a != b)
 
 
-@pytest.fixture
-def real_engines(backer, pagoda_operator, llama_dir):
-    env.serve_real_engines(backer, llama_dir)
-
-
 def test_noisy_load_flaps_at_most_twice_and_cold_starts_are_measured(api, real_engines, namespace):
     spec = {"minReplicas": 1, "maxReplicas": 4, "targetQueueDepth": 4,
             "scaleDownDelaySeconds": 60}  # fmt: skip

@@ -29,11 +29,6 @@ pytestmark = pytest.mark.e2e
 ENGINE_ARGS = ["--max-num-seqs=2", "--no-access-log"]
 
 
-@pytest.fixture
-def real_engines(backer, pagoda_operator, llama_dir):
-    env.serve_real_engines(backer, llama_dir)
-
-
 def scaled_isvc(name: str, replicas: int, **autoscaling) -> dict:
     return env.isvc(
         name,

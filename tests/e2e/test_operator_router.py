@@ -28,11 +28,6 @@ ENGINE_ARGS = ["--max-num-seqs=64", "--no-access-log"]
 STARTUP_S = 240  # torch starts in every engine process, on a two-core machine
 
 
-@pytest.fixture
-def real_engines(backer, pagoda_operator, llama_dir):
-    env.serve_real_engines(backer, llama_dir)
-
-
 def routed_isvc(name: str, replicas: int, **router) -> dict:
     return env.isvc(
         name,
