@@ -12,7 +12,9 @@ So for a token of slot j: y += (x @ a[j].T) @ b[j].T, one "shrink" to S*R values
 "expand" back, whatever the number of sub-projections. The tokens of a step are grouped
 by slot (`LoRATokens`): tokens of the base model belong to no slot and cost nothing.
 The Triton kernels (triton_lora.py) read the same grouping from device tensors, so a CUDA
-graph replays them with whatever tokens and slots the next step brings.
+graph replays them with whatever tokens and slots the next step brings. A step of at most
+FUSED_ROWS tokens (decode at small batch) also has each token's slot staged: the
+few-rows product then adds the adapters in its own launch (triton_lora_skinny.py).
 """
 
 from __future__ import annotations
@@ -21,34 +23,72 @@ from dataclasses import dataclass
 
 import torch
 
+FUSED_ROWS = 16  # tokens whose slot is staged too (triton_lora_skinny.MAX_ROWS)
+# The fused kernel's shrunk values per row: 3 sub-projections (q/k/v) of the largest
+# rank the engine takes (config.MAX_LORA_RANK), to a power of two.
+FUSED_RANKS = 256
+
 
 @dataclass
 class LoRATokens:
     """A step's tokens grouped by adapter slot, in fixed device buffers.
 
-    Slot j's tokens are sorted_tokens[starts[j] : starts[j] + counts[j]] (indices into the
-    step's flattened tokens); `starts_cpu`/`counts_cpu` are the host's copy, which the
-    reference reads. `active` is False when no token of the step uses an adapter.
+        Slot j's tokens are sorted_tokens[starts[j] : starts[j] + counts[j]] (indices into the
+        step's flattened tokens); token_slots[t] is token t's slot (-1: the base model) for
+        the first FUSED_ROWS tokens. All four are views of one buffer (`staged`, laid out
+        starts | counts | token_slots | sorted_tokens), so a step stages them in one copy.
+        `starts_cpu`/`counts_cpu` are the host's copy, which the reference reads. `active` is
+        False when no token of the step uses an adapter. `sync` and `fused_sums` are the fused
+    kernel's counters and shrunk rows (triton_lora_skinny.py), reset by each launch.
     """
 
-    sorted_tokens: torch.Tensor  # [max_tokens] int32
-    starts: torch.Tensor  # [slots] int32
-    counts: torch.Tensor  # [slots] int32
+    staged: torch.Tensor  # [2 * slots + FUSED_ROWS + max_tokens] int32
     starts_cpu: list[int]
     counts_cpu: list[int]
     active: bool = False
 
     @classmethod
     def allocate(cls, max_tokens: int, num_slots: int, device: torch.device) -> LoRATokens:
-        def zeros(size: int) -> torch.Tensor:
-            return torch.zeros(size, dtype=torch.int32, device=device)
+        size = 2 * num_slots + FUSED_ROWS + max_tokens
+        staged = torch.zeros(size, dtype=torch.int32, device=device)
+        empty = [0] * num_slots
+        return cls(staged, starts_cpu=empty, counts_cpu=list(empty))
 
-        empty = zeros(max_tokens), zeros(num_slots), zeros(num_slots)
-        return cls(*empty, starts_cpu=[0] * num_slots, counts_cpu=[0] * num_slots)
+    @property
+    def starts(self) -> torch.Tensor:  # [slots] int32
+        return self.staged[: self.num_slots]
+
+    @property
+    def counts(self) -> torch.Tensor:  # [slots] int32
+        return self.staged[self.num_slots : 2 * self.num_slots]
+
+    @property
+    def token_slots(self) -> torch.Tensor:  # [FUSED_ROWS] int32
+        return self.staged[2 * self.num_slots : 2 * self.num_slots + FUSED_ROWS]
+
+    @property
+    def sorted_tokens(self) -> torch.Tensor:  # [max_tokens] int32
+        return self.staged[2 * self.num_slots + FUSED_ROWS :]
 
     @property
     def num_slots(self) -> int:
         return len(self.counts_cpu)
+
+
+@dataclass(frozen=True)
+class FusedLoRAState:
+    """What the fused few-rows kernel (triton_lora_skinny.py) keeps across one
+    projection's launches: ticket and shrink counters (int64, never reset: each launch
+    reads its own number from them) and the shrunk rows of alternate launches."""
+
+    counters: torch.Tensor  # [2] int64
+    sums: torch.Tensor  # [2, FUSED_ROWS, block_r] float32
+
+    @classmethod
+    def allocate(cls, ranks: int, device: torch.device | str | None = None) -> FusedLoRAState:
+        block_r = max(16, 1 << (ranks - 1).bit_length())  # the kernel's power of two
+        counters = torch.zeros(2, dtype=torch.int64, device=device)
+        return cls(counters, torch.zeros(2, FUSED_ROWS, block_r, device=device))
 
 
 @dataclass(frozen=True)
@@ -60,6 +100,11 @@ class LoRAContext:
     max_rank: int
     tokens: LoRATokens
     use_triton: bool = False
+
+    def fuses(self, x: torch.Tensor) -> bool:
+        """Whether the few-rows product adds the adapters in its own launch for input x
+        (Triton, adapter tokens in the step, few rows); else `add` follows the product."""
+        return self.use_triton and self.tokens.active and x.shape[0] <= FUSED_ROWS
 
     def add(self, x: torch.Tensor, y: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
         """y += the adapters' product for the step's adapter tokens (none: no work)."""

@@ -32,9 +32,14 @@ Skinny = Mapping[str, int] | None  # the few-rows product's launch setting, or c
 
 
 def _linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    lora = module.lora
+    if lora is not None and module.skinny is not None and lora.fuses(x):
+        # decode at small batch with adapters, where the few-rows product runs (on
+        # gate/up cuBLAS and the split pair are faster: bench/lora_decode_profile.py)
+        return lora.fused_linear(x, module.weight, bias, module.skinny)
     out = _base_linear(module, x, bias)
-    if module.lora is not None:
-        module.lora(x, out)  # adapter tokens get their slot's product added
+    if lora is not None:
+        lora(x, out)  # adapter tokens get their slot's product added
     return out
 
 

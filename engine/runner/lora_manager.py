@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from pagoda.engine.config import EngineConfig
-from pagoda.engine.kernels.lora import LoRAContext
+from pagoda.engine.kernels.lora import FUSED_ROWS, LoRAContext
 from pagoda.engine.layers.linear import MergedLinear, RowParallelLinear
 from pagoda.engine.loader.lora_adapter import inspect_adapter, read_adapter
 from pagoda.engine.messages import LoRAAdapter
@@ -75,7 +75,7 @@ class LoRAManager:
         self._held: set[int] = set()  # adapters of the requests of the last step
         self._loader = ThreadPoolExecutor(1, thread_name_prefix="pagoda-lora-load")
         pin = self._device.type == "cuda"
-        size = context.tokens.sorted_tokens.numel() + 2 * context.num_slots
+        size = context.tokens.staged.numel()
         self._staging = torch.zeros(size, dtype=torch.int32, pin_memory=pin)
         self._copied = torch.cuda.Event() if pin else None
 
@@ -230,16 +230,16 @@ class LoRAManager:
             counts[slot] = sum(len(r) for r in ranges)
         starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32)
         flat = np.concatenate([r for group in groups for r in group]).astype(np.int32)
+        token_slots = np.full(FUSED_ROWS, -1, dtype=np.int32)
+        for slot, group in enumerate(groups):
+            for rows in group:
+                token_slots[rows[rows < FUSED_ROWS]] = slot
         if self._copied is not None:
-            self._copied.synchronize()  # the last step's copies out of the staging are done
-        host = self._staging.numpy()
-        host[: len(flat)] = flat
-        offset = tokens.sorted_tokens.numel()
-        host[offset : offset + num_slots] = starts
-        host[offset + num_slots : offset + 2 * num_slots] = counts
-        tokens.sorted_tokens[: len(flat)].copy_(self._staging[: len(flat)], non_blocking=True)
-        tokens.starts.copy_(self._staging[offset : offset + num_slots], non_blocking=True)
-        tokens.counts.copy_(self._staging[offset + num_slots :], non_blocking=True)
+            self._copied.synchronize()  # the last step's copy out of the staging is done
+        host = self._staging.numpy()  # laid out as tokens.staged: one copy stages it all
+        head = np.concatenate([starts, np.asarray(counts, dtype=np.int32), token_slots, flat])
+        host[: len(head)] = head
+        tokens.staged[: len(head)].copy_(self._staging[: len(head)], non_blocking=True)
         if self._copied is not None:
             self._copied.record()
         tokens.starts_cpu, tokens.counts_cpu = starts.tolist(), counts

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pagoda.engine.kernels import lora as reference
-from pagoda.engine.kernels.lora import LoRATokens
+from pagoda.engine.kernels.lora import FusedLoRAState, LoRATokens
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if ON_GPU else "cpu"
@@ -129,3 +129,126 @@ def test_llama_8b_shapes_in_bf16_on_gpu(projection, rs, fan_in, fan_out, num_tok
     reference.add_lora(x, expected, a, b, tokens)
     triton_lora.add_lora(x, got, a, b, tokens)
     torch.testing.assert_close(got.float(), expected.float(), atol=3e-2, rtol=2e-2)
+
+
+# -- the few-rows product with the adapters in its launch (triton_lora_skinny.py) -------
+
+FUSED_CASES = [
+    # (rows, slots, S*R, K, N, block_n, block_k): tails in N, K and the ranks; K over splits
+    (1, 1, 16, 64, 48, 16, 32),
+    (5, 3, 48, 96, 80, 32, 32),
+    (16, 4, 24, 2500, 40, 16, 64),  # 3 shrink ranges of K
+    (7, 2, 8, 40, 24, 16, 32),
+]
+
+
+def with_staged_slots(tokens: LoRATokens, token_slots: list[int | None]) -> LoRATokens:
+    staged = [-1 if slot is None else slot for slot in token_slots]
+    tokens.token_slots[:] = -1
+    tokens.token_slots[: len(staged)] = torch.tensor(staged, dtype=torch.int32)
+    return tokens
+
+
+@pytest.mark.parametrize(("rows", "num_slots", "rs", "fan_in", "fan_out", "bn", "bk"), FUSED_CASES)
+@pytest.mark.parametrize("bias", [False, True])
+def test_fused_few_rows_product_adds_each_rows_adapter(
+    rows, num_slots, rs, fan_in, fan_out, bn, bk, bias
+):
+    from pagoda.engine.kernels.triton_lora_skinny import lora_skinny_linear
+
+    rng = random.Random(rows * fan_in)
+    token_slots = [rng.choice([None, *range(num_slots)]) for _ in range(rows)]
+    token_slots[-1] = 0  # at least one adapter row
+    tokens = with_staged_slots(group(token_slots, num_slots), token_slots)
+    a, b = stacks(num_slots, rs, fan_in, fan_out, torch.float32, seed=rows)
+    x = torch.randn(rows, fan_in, device=DEVICE)
+    weight = torch.randn(fan_out, fan_in, device=DEVICE) / fan_in**0.5
+    bias_t = torch.randn(fan_out, device=DEVICE) if bias else None
+    base = torch.nn.functional.linear(x.double(), weight.double())
+    if bias:
+        base += bias_t.double()
+    expected = per_token(x, base, a, b, token_slots)
+    state = FusedLoRAState.allocate(rs, DEVICE)
+    for _ in range(3):  # launches after the first find the sums they use zeroed
+        got = lora_skinny_linear(x, weight, bias_t, a, b, tokens, state, block_n=bn, block_k=bk)
+        torch.testing.assert_close(got.double(), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_fused_product_refuses_more_rows_than_one_tile():
+    from pagoda.engine.kernels.triton_lora_skinny import lora_skinny_linear
+
+    tokens = group([0] * 17, 1)
+    a, b = stacks(1, 16, 32, 32, torch.float32)
+    with pytest.raises(ValueError, match="at most 16 rows"):
+        x, weight = torch.randn(17, 32, device=DEVICE), torch.randn(32, 32, device=DEVICE)
+        lora_skinny_linear(x, weight, None, a, b, tokens, FusedLoRAState.allocate(16, DEVICE))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize(
+    ("projection", "rs", "fan_in", "fan_out"),
+    [
+        ("qkv_proj", 3 * 16, 4096, 6144),
+        ("o_proj", 16, 4096, 4096),
+        ("gate_up_proj", 2 * 64, 4096, 2 * 14336),
+        ("down_proj", 32, 14336, 4096),
+    ],
+)
+@pytest.mark.parametrize("rows", [1, 5, 16])
+def test_fused_llama_8b_shapes_in_bf16_on_gpu(projection, rs, fan_in, fan_out, rows):
+    """4 slots, rows of several adapters and of the base model, with the runner's launch
+    settings; the split pair after cuBLAS is the reference."""
+    from pagoda.engine.kernels import triton_lora
+    from pagoda.engine.kernels.triton_lora_skinny import lora_skinny_linear
+    from pagoda.engine.kernels.triton_skinny import SETTINGS
+
+    rng = random.Random(rows)
+    token_slots = [rng.choice([None, 0, 1, 2, 3]) for _ in range(rows)]
+    token_slots[0] = 2
+    tokens = with_staged_slots(group(token_slots, 4), token_slots)
+    a, b = stacks(4, rs, fan_in, fan_out, torch.bfloat16, seed=rows)
+    x = torch.randn(rows, fan_in, device="cuda", dtype=torch.bfloat16)
+    weight = torch.randn(fan_out, fan_in, device="cuda", dtype=torch.bfloat16) / fan_in**0.5
+    expected = torch.nn.functional.linear(x, weight)
+    triton_lora.add_lora(x, expected, a, b, tokens)
+    setting = SETTINGS.get(projection, SETTINGS["qkv_proj"])  # gate/up: not fused when served
+    state = FusedLoRAState.allocate(rs, "cuda")
+    got = lora_skinny_linear(x, weight, None, a, b, tokens, state, **setting)
+    torch.testing.assert_close(got.float(), expected.float(), atol=3e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
+def test_fused_product_in_a_cuda_graph_follows_each_replays_grouping():
+    """Captured once, replayed 200 times over changing groupings (base rows, one slot,
+    all four): every replay equals the eager reference."""
+    from pagoda.engine.kernels.triton_lora_skinny import lora_skinny_linear
+
+    rows, fan_in, fan_out = 8, 4096, 6144
+    a, b = stacks(4, 48, fan_in, fan_out, torch.bfloat16)
+    x = torch.randn(rows, fan_in, device="cuda", dtype=torch.bfloat16)
+    weight = torch.randn(fan_out, fan_in, device="cuda", dtype=torch.bfloat16) / 64
+    tokens = LoRATokens.allocate(rows, 4, torch.device("cuda"))
+
+    def stage(token_slots):
+        fresh = with_staged_slots(group(token_slots, 4), token_slots)
+        tokens.staged.copy_(fresh.staged)
+
+    state = FusedLoRAState.allocate(48, "cuda")
+    stage([0] * rows)
+    lora_skinny_linear(x, weight, None, a, b, tokens, state)  # compiled outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = lora_skinny_linear(x, weight, None, a, b, tokens, state)
+    rng = random.Random(0)
+    for _ in range(200):
+        token_slots = [rng.choice([None, 0, 1, 2, 3]) for _ in range(rows)]
+        stage(token_slots)
+        graph.replay()
+        expected = torch.nn.functional.linear(x, weight).float()
+        expected = per_token(x, expected, a, b, token_slots)
+        torch.testing.assert_close(out.double(), expected, atol=3e-2, rtol=2e-2)
+    launches = 1 + 200  # the eager one and the replays
+    tickets, ranges = state.counters.tolist()  # one ticket per program of every launch
+    assert ranges % launches == 0 and tickets == ranges + launches * (fan_out // 64)

@@ -5,6 +5,7 @@ batch that mixes the base model with six adapters of different shapes over two G
 from __future__ import annotations
 
 import pytest
+import torch
 
 from pagoda.engine import LLM, LoRARequest, SamplingParams
 from tests.conftest import ARCHS
@@ -43,6 +44,26 @@ def test_greedy_tokens_match_peft(arch, mode, tiny_model_dir, peft_adapters, pef
     states = {s.lora_id: s.state for s in llm.engine.core.stats().lora_states}
     assert set(states) == set(range(1, 7)) and set(states.values()) <= {"gpu", "cpu", "disk"}
     assert llm.engine.core.kv_cache.pool.num_free_blocks == llm.engine.core.kv_cache.num_blocks
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("max_num_seqs", [8, 256])  # 8: every decode step is a few rows
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_tokens_on_gpu_match_peft(
+    arch, max_num_seqs, tiny_model_dir, peft_adapters, peft_reference
+):
+    """The GPU path in fp32: the Triton LoRA kernels inside the decode and ragged CUDA
+    graphs, and at a few rows the few-rows product with the adapters in its launch."""
+    prompts, which, expected = peft_reference(arch, MAX_NEW_TOKENS)
+    llm = LLM(
+        str(tiny_model_dir(arch)), device="cuda", dtype="float32", max_num_seqs=max_num_seqs, **LORA
+    )
+    assert llm.engine.core.runner.graphs is not None
+    try:
+        check(llm, prompts, lora_requests(peft_adapters(arch), which), expected)
+    finally:
+        llm.shutdown()
 
 
 def test_the_adapters_change_the_tokens(tiny_model_dir, peft_reference):
