@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import random
+
 import pytest
 
 from pagoda.operator.api.types import Autoscaling
@@ -160,16 +163,45 @@ def test_a_replica_still_starting_is_not_idle():
     assert sim.replicas == 0
 
 
-def test_a_steady_demand_settles_on_one_count_whatever_the_start():
-    # demand D in the system, 2 running per replica, the rest waiting: the queue at the
-    # target (4 per replica) needs D / (4 + 2) replicas, from above or from below
+def steady_noisy_demand(sim: Sim, seconds: float, low: float, high: float, seed: int) -> Sim:
+    """Demand D drawn in [low, high] every 2 s: 2 running per replica, the rest waiting."""
+    rng = random.Random(seed)
+    for _ in range(int(seconds / TICK)):
+        demand = rng.uniform(low, high)
+        running = min(demand, 2.0 * sim.replicas)
+        sim.run(TICK, waiting=demand - running, running=running, routable=sim.replicas)
+    return sim
+
+
+def direction_changes(sim: Sim) -> int:
+    ups = [after > before for _, before, after in sim.changes]
+    return sum(1 for a, b in itertools.pairwise(ups) if a != b)
+
+
+def test_a_steady_demand_settles_without_changing_direction():
+    # the queue at the target (4 per replica) needs D / (4 + 2) replicas: 11-13 is two
+    # replicas' worth, which from above is kept at three (two would be within 10% of the
+    # target, not below it) and from below reached and kept
     autoscaling = spec(targetQueueDepth=4, scaleDownDelaySeconds=20, panicThreshold=100)
-    for start in (1, 2, 5):
-        sim, rng = Sim(autoscaling, replicas=start), __import__("random").Random(start)
-        for _ in range(300):
-            demand = rng.uniform(11, 13)  # noisy, around two replicas' worth
-            running = min(demand, 2.0 * sim.replicas)
-            sim.run(2, waiting=demand - running, running=running, routable=sim.replicas)
-        assert sim.replicas == 2, (start, sim.changes)
-        directions = {after > before for _, before, after in sim.changes}
-        assert len(directions) <= 1, f"from {start} it changed direction: {sim.changes}"
+    for start, settled in ((1, 2), (2, 2), (5, 3)):
+        sim = steady_noisy_demand(Sim(autoscaling, replicas=start), 600, 11, 13, seed=start)
+        assert sim.replicas == settled, (start, sim.changes)
+        assert direction_changes(sim) == 0, f"from {start}: {sim.changes}"
+    sim = steady_noisy_demand(Sim(autoscaling, replicas=5), 600, 9, 10.5, seed=0)
+    assert sim.replicas == 2  # demand 10% or more below two replicas' target: down to two
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_soak_of_noisy_load_around_a_counts_edge_changes_direction_at_most_twice(seed):
+    """The soak's load (tests/e2e/test_autoscaler_soak.py) on the simulated clock: 8-16
+    closed-loop clients redrawn every 10 s, two sequences per engine, target 4 waiting:
+    the mean demand sits exactly on two replicas' edge. The previous rule (down to any
+    count the demand fits) changed direction 3 or more times for 8 of these 40 seeds."""
+    autoscaling = spec(maxReplicas=4, targetQueueDepth=4, scaleDownDelaySeconds=60)
+    sim, rng = Sim(autoscaling, replicas=1), random.Random(seed)
+    for tick in range(300):
+        if tick % 5 == 0:
+            clients = rng.randint(8, 16)
+        running = min(clients, 2.0 * sim.replicas)
+        sim.run(TICK, waiting=clients - running, running=running, routable=sim.replicas)
+    assert direction_changes(sim) <= 2, sim.changes
