@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import socket
 import statistics
@@ -24,6 +23,7 @@ from datetime import date
 from pathlib import Path
 
 import httpx
+from cpu_results import write_result  # beside this script
 
 MODES = {"thread": ["--no-engine-process"], "process": ["--engine-process"]}
 FIGURES = ("output_token_throughput", "request_throughput")
@@ -102,24 +102,15 @@ def main() -> int:
         for mode in MODES:  # alternate, so drifts of the shared machine hit both alike
             runs[mode].append(run_mode(args.model, mode, workload, args.client_nice))
     results = {mode: summarize(reports) for mode, reports in runs.items()}
-    record = {
-        "benchmark": "engine_process",
-        "machine": platform.node(),
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "commit": commit(),
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+    body = {
         "config": {"model": "tiny llama (make-tiny-model)", "workload": workload,
                    "rounds": args.rounds, "note": "bench client on the same machine"},
         "results": results,
         "runs": runs,
     }  # fmt: skip
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{date.today()}-cpu-engine-process-c{args.max_concurrency}.json"
-    path.write_text(json.dumps(record, indent=2) + "\n")
+    filename = f"{date.today()}-cpu-engine-process-c{args.max_concurrency}.json"
     print_table(results)
-    print(f"wrote {path}")
+    write_result("engine_process", filename, body, results_dir=args.out)
     return 0
 
 
@@ -140,18 +131,6 @@ def print_table(results: dict) -> None:
     print(f"{'figure':<30}" + "".join(f"{mode:>12}" for mode in results))
     for name in names:
         print(f"{name:<30}" + "".join(f"{results[mode][name]:>12.2f}" for mode in results))
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
-
-
-def commit() -> str:
-    run = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return run.stdout.strip() or "unknown"
 
 
 if __name__ == "__main__":

@@ -31,8 +31,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
-import platform
 import random
 import signal
 import statistics
@@ -45,7 +43,8 @@ from datetime import date
 from pathlib import Path
 
 import httpx
-from engine_process import ENV, bench, commit, cpu_model, free_port, start_server
+from cpu_results import write_result
+from engine_process import ENV, bench, free_port, start_server
 
 RESULTS = Path(__file__).parent / "results"
 BENCH_MODEL_SIZES = {  # bigger than the test model, so a 2,000-token prefill costs something
@@ -105,22 +104,8 @@ def wait_routable(url: str, count: int, timeout_s: float = 60) -> None:
 
 
 def record(name: str, args: argparse.Namespace, config: dict, results: dict) -> Path:
-    document = {
-        "benchmark": f"router-{name}",
-        "machine": platform.node(),
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "commit": commit(),
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "config": config | {"note": "load generator on the same machine"},
-        "results": results,
-    }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{date.today()}-cpu-router-{name}.json"
-    path.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"wrote {path}")
-    return path
+    body = {"config": config | {"note": "load generator on the same machine"}, "results": results}
+    return write_result(f"router-{name}", f"{date.today()}-cpu-router-{name}.json", body)
 
 
 def table(rows: list[tuple], header: tuple) -> None:

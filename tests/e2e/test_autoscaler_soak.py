@@ -15,16 +15,14 @@ import asyncio
 import itertools
 import json
 import os
-import platform
 import random
-import subprocess
 import time
 from datetime import date
-from pathlib import Path
 
 import httpx
 import pytest
 
+from bench.cpu_results import write_result
 from e2e import wait_for
 from tests.e2e import operator_env as env
 from tests.e2e.test_operator_autoscaling import replicas, scaled_isvc
@@ -32,7 +30,6 @@ from tests.e2e.test_operator_router import MODEL, STARTUP_S, pods, router_urls
 
 pytestmark = [pytest.mark.e2e, pytest.mark.soak]
 
-RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 SOAK_S = float(os.environ.get("PAGODA_SOAK_SECONDS", "600"))
 CLIENTS = (8, 16)  # two replicas of two sequences each, 4 waiting per replica at 12
 
@@ -64,11 +61,6 @@ async def noisy_load(url: str, seconds: float, seed: int = 0) -> dict:
     async with httpx.AsyncClient(timeout=STARTUP_S) as http:
         await asyncio.gather(redraw(), *(client(i, http) for i in range(CLIENTS[1])))
     return counts
-
-
-def commit() -> str:
-    git = ["git", "rev-parse", "--short", "HEAD"]
-    return subprocess.run(git, capture_output=True, text=True).stdout.strip()
 
 
 def direction_changes(decisions: list[tuple[int, int]]) -> int:
@@ -119,12 +111,7 @@ def test_noisy_load_flaps_at_most_twice_and_cold_starts_are_measured(api, real_e
         cold_starts.append(time.monotonic() - asked)
     status = env.get(api, namespace, "soak")["status"]["autoscaling"]
 
-    result = {
-        "benchmark": "autoscaler-soak",
-        "machine": platform.node(),
-        "cores": os.cpu_count(),
-        "commit": commit(),
-        "command": "make soak",
+    body = {
         "config": {
             "autoscaling": spec,
             "soak_seconds": SOAK_S,
@@ -141,9 +128,7 @@ def test_noisy_load_flaps_at_most_twice_and_cold_starts_are_measured(api, real_e
             "cold_start_pod_ready_seconds": status.get("coldStartSeconds"),
         },
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{date.today()}-cpu-autoscaler-soak.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result["results"], indent=2))
+    write_result("autoscaler-soak", f"{date.today()}-cpu-autoscaler-soak.json", body, "make soak")
+    print(json.dumps(body["results"], indent=2))
     assert counts["failed"] == 0, counts
     assert flips <= 2, changes
