@@ -2,8 +2,11 @@
 
 Types are checked here; value ranges are checked once, by `SamplingParams.validate` and
 the input processor, whose ValueErrors name the field and become 400s. The ranges are also
-written into the OpenAPI schema (`documented`), so clients and fuzzers see them. Unknown
-fields are ignored, as vLLM does, so clients that send newer OpenAI fields keep working.
+written into the OpenAPI schema (`documented`), so clients and fuzzers see them. The
+completion and chat requests keep the fields they do not declare aside (`model_extra`):
+request_fields.py refuses those of OpenAI's and vLLM's APIs that ask for something not
+served, and ignores names neither API knows, so clients that send newer fields keep
+working.
 """
 
 from __future__ import annotations
@@ -59,6 +62,8 @@ class SamplingFields(OpenAIModel):
 
 
 class CompletionRequest(SamplingFields):
+    model_config = ConfigDict(extra="allow")  # checked by request_fields.refuse_unsupported
+
     prompt: str | list[str] | list[int] | list[list[int]]
     max_tokens: int | None = documented(16, minimum=1)
     logprobs: int | None = documented(minimum=0, maximum=MAX_LOGPROBS)  # top alternatives
@@ -83,6 +88,8 @@ class ResponseFormat(OpenAIModel):
 
 
 class ChatCompletionRequest(SamplingFields):
+    model_config = ConfigDict(extra="allow")  # checked by request_fields.refuse_unsupported
+
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = documented(minimum=1)  # None: up to the model's context
     # OpenAI's newer name; wins over max_tokens

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from pagoda.engine.entrypoints.errors import APIError
-from pagoda.engine.entrypoints.protocol import SamplingFields
+from pagoda.engine.entrypoints.protocol import CompletionRequest, SamplingFields
+from pagoda.engine.entrypoints.request_fields import CHAT, COMPLETION, refuse_unsupported
 from pagoda.engine.sampling_params import SamplingParams
 
 
@@ -36,6 +37,7 @@ def sampling_params(
 
 
 def check_common(body: SamplingFields) -> None:
+    refuse_unsupported(body, COMPLETION if isinstance(body, CompletionRequest) else CHAT)
     if body.logit_bias:
         raise APIError(400, "logit_bias is not supported yet: leave it out", param="logit_bias")
     if body.stream_options is not None and not body.stream:

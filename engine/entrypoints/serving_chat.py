@@ -62,7 +62,12 @@ async def create_chat_completion(
     engine = state.require_engine()
     model, lora_request = state.resolve_model(body.model, body.lora_name)
     num_top = _check_chat_fields(body)
-    max_tokens = body.max_completion_tokens or body.max_tokens
+    max_tokens = body.max_tokens  # max_completion_tokens, OpenAI's newer name, wins
+    if body.max_completion_tokens is not None:
+        if body.max_completion_tokens < 1:  # not "no limit", as 0 would read if falsy
+            message = f"max_completion_tokens must be at least 1, got {body.max_completion_tokens}"
+            raise APIError(400, message, param="max_completion_tokens")
+        max_tokens = body.max_completion_tokens
     params = sampling_params(body, max_tokens, num_top)
     ticket = state.admission.acquire(max(1, params.n))
     with released_on_error(ticket):

@@ -1,0 +1,123 @@
+"""Every request field of OpenAI's API and of vLLM's extensions: honoured, or refused.
+
+A field a server drops while answering 200 is a silent wrong answer: a `guided_json` the
+output does not follow, `prompt_logprobs` that never come, a `chat_template` not used. So
+each field of the two APIs is either declared by the request models in protocol.py (and
+applied by the engine) or listed here with the values that leave it unused — a client
+that sends the default is served — and what to do instead; any other value is a 400 that
+names the field. Names neither API knows are ignored, as both servers do, so clients that
+send newer fields keep working. tests/engine/entrypoints/test_request_fields.py reads
+the fields of openai-python's parameter types and vLLM's (from its protocol.py) and fails
+on one that is neither declared nor listed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from pagoda.engine.entrypoints.errors import APIError
+
+
+@dataclass(frozen=True)
+class Refused:
+    source: str  # "OpenAI" or "vLLM": whose API has the field
+    fix: str  # what to do instead, said in the 400
+    unused: tuple = (None,)  # values that mean the field is not asked for
+
+    def asked(self, value) -> bool:
+        return not any(value == unused and type(value) is type(unused) for unused in self.unused)
+
+
+_GUIDED = "structured outputs are not supported yet: leave it out and validate the output"
+_TOOLS = "tool calling is not supported yet: leave it out"
+
+# Fields of both endpoints that no request model declares.
+SHARED = {
+    "use_beam_search": Refused(
+        "vLLM", "beam search is not supported: sample with n", (None, False)
+    ),
+    "length_penalty": Refused(
+        "vLLM", "it applies to beam search only: leave it out", (None, 1, 1.0)
+    ),
+    "spaces_between_special_tokens": Refused(
+        "vLLM", "special tokens are always joined with spaces: leave it out", (None, True)
+    ),
+    "truncate_prompt_tokens": Refused("vLLM", "shorten the prompt on the client instead"),
+    "prompt_logprobs": Refused("vLLM", "prompt logprobs are not supported yet: leave it out"),
+    "allowed_token_ids": Refused("vLLM", "restricting the vocabulary is not supported yet"),
+    "bad_words": Refused("vLLM", "banned words are not supported yet", (None, [])),
+    "guided_json": Refused("vLLM", _GUIDED),
+    "guided_regex": Refused("vLLM", _GUIDED),
+    "guided_choice": Refused("vLLM", _GUIDED),
+    "guided_grammar": Refused("vLLM", _GUIDED),
+    "guided_decoding_backend": Refused("vLLM", _GUIDED),
+    "guided_whitespace_pattern": Refused("vLLM", _GUIDED),
+    "structured_outputs": Refused("vLLM", _GUIDED),
+    "request_id": Refused("vLLM", "the server names each request: leave it out"),
+    "logits_processors": Refused("vLLM", "custom logits processors are not supported"),
+    "return_tokens_as_token_ids": Refused(
+        "vLLM", "tokens in logprobs are always text: leave it out", (None, False)
+    ),
+    "return_token_ids": Refused("vLLM", "token ids are not returned: use /tokenize", (None, False)),
+    "kv_transfer_params": Refused("vLLM", "disaggregated prefill is not supported"),
+    "vllm_xargs": Refused("vLLM", "request extensions are not supported", (None, {})),
+    "mm_processor_kwargs": Refused("vLLM", "the served models take text only", (None, {})),
+}
+
+COMPLETION = SHARED | {
+    "prompt_embeds": Refused("vLLM", "send the prompt as text or token ids"),
+    "add_special_tokens": Refused(
+        "vLLM", "special tokens (BOS) are always added to a completion prompt", (None, True)
+    ),
+    "response_format": Refused("vLLM", _GUIDED, (None, {"type": "text"})),
+}
+
+CHAT = SHARED | {
+    # OpenAI's
+    "audio": Refused("OpenAI", "audio output is not supported: leave it out"),
+    "function_call": Refused("OpenAI", _TOOLS, (None, "none")),
+    "functions": Refused("OpenAI", _TOOLS, (None, [])),
+    "metadata": Refused("OpenAI", "stored completions are not supported: leave it out"),
+    "store": Refused("OpenAI", "stored completions are not supported: leave it out", (None, False)),
+    "modalities": Refused("OpenAI", "text is the only output modality", (None, ["text"])),
+    "prediction": Refused("OpenAI", "predicted outputs are not supported: leave it out"),
+    "reasoning_effort": Refused("OpenAI", "the served models do not reason: leave it out"),
+    "service_tier": Refused("OpenAI", "one tier serves everyone", (None, "auto", "default")),
+    "verbosity": Refused("OpenAI", "leave it out and ask for length in the prompt"),
+    "web_search_options": Refused("OpenAI", "web search is not supported: leave it out"),
+    "moderation": Refused("OpenAI", "moderation is not supported: leave it out"),
+    # vLLM's
+    "best_of": Refused("vLLM", "best_of is not supported for chat: use n", (None, 1)),
+    "echo": Refused("vLLM", "echoing the last message is not supported", (None, False)),
+    "continue_final_message": Refused(
+        "vLLM", "continuing the last message is not supported yet", (None, False)
+    ),
+    "add_special_tokens": Refused(
+        "vLLM", "the chat template adds the special tokens: leave it out", (None, False)
+    ),
+    "documents": Refused("vLLM", "put the documents in the messages"),
+    "chat_template": Refused("vLLM", "the model's own chat template is used: leave it out"),
+    "chat_template_kwargs": Refused("vLLM", "the chat template takes no arguments", (None, {})),
+    "structural_tag": Refused("vLLM", _GUIDED),
+}
+
+# Chat fields that no value of changes what this server does: accepted, and why.
+CHAT_INERT = {
+    "parallel_tool_calls": "OpenAI: how tools may be called; no tools are served",
+    "prompt_cache_key": "OpenAI: a hint for its prompt cache; prefixes are cached by content",
+    "prompt_cache_options": "OpenAI: options of its prompt cache; see prompt_cache_key",
+    "prompt_cache_retention": "OpenAI: how long its prompt cache keeps; see prompt_cache_key",
+    "safety_identifier": "OpenAI: an end user's identifier, as `user`",
+    "include_reasoning": "vLLM: whether parsed reasoning is returned; none is parsed",
+}
+
+
+def refuse_unsupported(body: BaseModel, refused: dict[str, Refused]) -> None:
+    """A 400 naming the first field of `body` (among those no model declares, which the
+    request models keep aside) that asks for something this server does not do."""
+    for name, value in (body.model_extra or {}).items():
+        rule = refused.get(name)
+        if rule is not None and rule.asked(value):
+            raise APIError(400, f"{name} is not supported: {rule.fix}", param=name)
