@@ -4,24 +4,26 @@ At batch 1 a decode step's LoRA work is tiny (rank-16 A and B of all seven proje
 of Llama-3.1-8B are ~84 MB against 15 GB of weights), yet the shrink/expand pair
 (triton_lora.py) costs each projection 6-9 us on the H200, ~0.9 ms a step
 (bench/lora_decode_profile.py): batch-1 decode ran at 0.80x the base model's speed.
-Here the few-rows product of triton_skinny.py does it all. Each program streams its
-BLOCK_N-column slab of the weight through K; then
+Here one launch of the few-rows product (triton_skinny.py) does it all, with two kinds
+of programs:
 
-- the first NUM_RANGES programs to start (by a ticket counter, not their program id)
-  each add one short K range of the shrink, x @ A[each row's slot].T, to float32 sums
-  with atomics — no program of its own, so the grid is no larger than the base
-  product's (one more wave of programs would cost more than the whole shrink);
-- every program waits until all ranges are in, and adds (its rows' sums, in the
-  activations' dtype as peft) @ B[slot] for its columns before storing its slab.
+- *shrink* programs, the NUM_RANGES lowest ids: each adds one K range of every row's
+  x @ A[its slot].T to float32 sums, with atomics, and counts itself done;
+- *product* programs: each streams its BLOCK_N-row slab of the weight through K as the
+  few-rows product does, then waits until every range is in and adds (its rows' sums,
+  in the activations' dtype as peft) @ B[slot] for its columns before storing.
 
-A program waits only for ranges held by programs that have started, and none of those
-waits before adding its range, so the wait ends whatever the GPU schedules when. By the
-time a slab has streamed its weight (a qkv slab of Llama-8B is 512 KiB), the ranges
-(one 64-wide block of A each) are long in. The last program to finish zeroes the sums
-and the counters for the next launch (launches on one stream do not overlap), so a
-CUDA graph replays this like any kernel; the step's grouping is read from device
-buffers (LoRATokens). Under Triton's interpreter, which runs programs one at a time,
-each program shrinks all of K itself instead (COOPERATIVE off).
+The shrink programs are few (at most 16) and short (a range of A is a few dozen KiB),
+and run on the SMs the product's first wave leaves free, so the sums are in long before
+a slab has streamed its weight (512 KiB for q/k/v of Llama-8B); the wait then costs one
+round trip. Product programs wait only for programs of lower ids, which the GPU starts
+no later than them (the order CUTLASS's split-K semaphores rely on), and shrink programs
+wait for nothing. Nothing is reset between launches: each projection keeps int64
+counters that only grow (a launch's number is its first ticket over the grid size) and
+two sums buffers that alternate by launch, the next one's zeroed by the current one.
+So a CUDA graph replays this like any kernel; the step's grouping (each row's slot) is
+read from device buffers (LoRATokens). Under Triton's interpreter, which runs programs
+one at a time, each product program shrinks all of K itself (COOPERATIVE off).
 """
 
 from __future__ import annotations
