@@ -63,6 +63,19 @@ async def noisy_load(url: str, seconds: float, seed: int = 0) -> dict:
     return counts
 
 
+TRACE_FIELDS = ("seconds", "replicas", "desired", "mode", "signal", "per_replica", "target")
+
+
+def traced(seconds: float, replicas_now: int, isvc: dict) -> tuple:
+    status = (isvc.get("status") or {}).get("autoscaling") or {}
+    value = status.get("signalValue")
+    return (
+        round(seconds, 1), replicas_now, status.get("desiredReplicas"), status.get("mode"),
+        status.get("signal"), None if value is None else round(value, 2),
+        status.get("signalTarget"),
+    )  # fmt: skip
+
+
 def direction_changes(decisions: list[tuple[int, int]]) -> int:
     signs = [1 if after > before else -1 for before, after in decisions]
     return sum(1 for a, b in itertools.pairwise(signs) if a != b)
@@ -76,14 +89,19 @@ def test_noisy_load_flaps_at_most_twice_and_cold_starts_are_measured(api, real_e
     url = router_urls(api, namespace, "soak", routable=1)[0]
 
     changes: list[tuple[float, int, int]] = []
+    trace: list[tuple] = []  # every 5 s: what the autoscaler saw and recommended
 
     async def watch(stop: asyncio.Event) -> None:
-        seen = 1
+        seen, polls = 1, 0
         while not stop.is_set():
-            now = await asyncio.to_thread(replicas, api, namespace, "soak")
+            isvc = await asyncio.to_thread(env.get, api, namespace, "soak")
+            now = isvc["spec"]["replicas"]
             if now != seen:
                 changes.append((time.monotonic(), seen, now))
                 seen = now
+            if polls % 5 == 0:
+                trace.append(traced(time.monotonic() - started, now, isvc))
+            polls += 1
             await asyncio.sleep(1)
 
     async def soak() -> dict:
@@ -97,6 +115,7 @@ def test_noisy_load_flaps_at_most_twice_and_cold_starts_are_measured(api, real_e
     started = time.monotonic()
     counts = asyncio.run(soak())
     flips = direction_changes([(b, a) for _, b, a in changes])
+    decisions = env.get(api, namespace, "soak")["status"]["autoscaling"].get("decisions", [])
 
     env.patch(api, namespace, "soak", {"spec": {"autoscaling": {
         "minReplicas": 0, "scaleToZeroAfterSeconds": 10, "scaleDownDelaySeconds": 5}}})  # fmt: skip
@@ -126,6 +145,9 @@ def test_noisy_load_flaps_at_most_twice_and_cold_starts_are_measured(api, real_e
             "direction_changes": flips,
             "cold_start_request_seconds": [round(s, 2) for s in cold_starts],
             "cold_start_pod_ready_seconds": status.get("coldStartSeconds"),
+            "decisions_of_the_soak": decisions,
+            "trace_fields": TRACE_FIELDS,
+            "trace": trace,
         },
     }
     write_result("autoscaler-soak", f"{date.today()}-cpu-autoscaler-soak.json", body, "make soak")
