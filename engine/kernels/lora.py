@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import torch
 
 FUSED_ROWS = 16  # tokens whose slot is staged too (triton_lora_skinny.MAX_ROWS)
-# The fused kernel's shrunk values per row: 3 sub-projections (q/k/v) of the largest
-# rank the engine takes (config.MAX_LORA_RANK), to a power of two.
+# The most shrunk values per row the fused kernel holds: q/k/v at rank 64 (3 x 64, to a
+# power of two). Projections with more (larger --max-lora-rank) keep the split pair.
 FUSED_RANKS = 256
 
 
@@ -33,13 +33,12 @@ FUSED_RANKS = 256
 class LoRATokens:
     """A step's tokens grouped by adapter slot, in fixed device buffers.
 
-        Slot j's tokens are sorted_tokens[starts[j] : starts[j] + counts[j]] (indices into the
-        step's flattened tokens); token_slots[t] is token t's slot (-1: the base model) for
-        the first FUSED_ROWS tokens. All four are views of one buffer (`staged`, laid out
-        starts | counts | token_slots | sorted_tokens), so a step stages them in one copy.
-        `starts_cpu`/`counts_cpu` are the host's copy, which the reference reads. `active` is
-        False when no token of the step uses an adapter. `sync` and `fused_sums` are the fused
-    kernel's counters and shrunk rows (triton_lora_skinny.py), reset by each launch.
+    Slot j's tokens are sorted_tokens[starts[j] : starts[j] + counts[j]] (indices into the
+    step's flattened tokens); token_slots[t] is token t's slot (-1: the base model) for
+    the first FUSED_ROWS tokens. All four are views of one buffer (`staged`, laid out
+    starts | counts | token_slots | sorted_tokens), so a step stages them in one copy.
+    `starts_cpu`/`counts_cpu` are the host's copy, which the reference reads. `active` is
+    False when no token of the step uses an adapter.
     """
 
     staged: torch.Tensor  # [2 * slots + FUSED_ROWS + max_tokens] int32
