@@ -19,7 +19,8 @@ current replicas and the clock, so every rule is tested with a table and a fake 
    stable window was complete (a figure that could not be read never counts as idle). A
    recommendation below the current count is a count the demand leaves 10% below its
    target (`down_to`): between the two tolerances, noise around a count's edge moves
-   nothing (without it, a 10-minute soak around the edge changed direction 3 times).
+   nothing (on the simulated clock, the soak's load changed direction 3 or more times in
+   8 of 40 seeds without it, in none with it; the real soak: BENCHMARKS.md).
 5. Zero: with `minReplicas: 0`, only after `scaleToZeroAfterSeconds` without a request
    while an engine was routable; a request held at zero brings one replica back at once.
 """
@@ -140,8 +141,8 @@ def asked(signal: Signal) -> int:
 def down_to(signal: Signal, current: int) -> int:
     """The replicas the signal asks for, where fewer than the current count only as
     few as the demand leaves at least 10% below its target: a count the demand sits on
-    the edge of is kept, so noise around it never moves the replicas down and back up.
-    (Up needs 10% more than the current count: a gap of 20% of a replica either side.)"""
+    the edge of is kept, so noise around it does not move the replicas down and back up
+    (up needs 10% more than the current count)."""
     wanted = asked(signal)
     if wanted >= current:
         return wanted
