@@ -5,8 +5,9 @@ output does not follow, `prompt_logprobs` that never come, a `chat_template` not
 each field of the two APIs is either declared by the request models in protocol.py (and
 applied by the engine) or listed here with the values that leave it unused — a client
 that sends the default is served — and what to do instead; any other value is a 400 that
-names the field. Names neither API knows are ignored, as both servers do, so clients that
-send newer fields keep working. tests/engine/entrypoints/test_request_fields.py reads
+names the field. A few chat fields that no value of changes anything here are listed as
+inert, with the reason. Names neither API knows are ignored, as both servers do, so
+clients that send newer fields keep working. tests/engine/entrypoints/test_request_fields.py reads
 the fields of openai-python's parameter types and vLLM's (from its protocol.py) and fails
 on one that is neither declared nor listed.
 """
