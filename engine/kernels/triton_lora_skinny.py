@@ -36,6 +36,8 @@ import torch
 import triton
 import triton.language as tl
 
+from pagoda.engine.kernels.triton_skinny import rows_times_slab
+
 if TYPE_CHECKING:
     from pagoda.engine.kernels.lora import FusedLoRAState, LoRATokens
 
@@ -56,23 +58,11 @@ def _shrink_range(
         rows = m_mask & (row_slot == slot)
         if tl.sum(rows.to(tl.int32)) > 0:
             a_base = a_ptr + slot * stride_a_slot  # < 2**31: slots x S*R x K elements
-            for k_start in range(k_first, tl.minimum(k_first + range_k, K), SHRINK_BLOCK_K):
-                offs_k = k_start + tl.arange(0, SHRINK_BLOCK_K)
-                k_mask = offs_k < K
-                x = tl.load(
-                    x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
-                    mask=rows[:, None] & k_mask[None, :],
-                    other=0.0,
-                )
-                a = tl.load(
-                    a_base + offs_r[:, None] * stride_a_row + offs_k[None, :],
-                    mask=r_mask[:, None] & k_mask[None, :],
-                    other=0.0,
-                )
-                if IEEE_FP32:
-                    part += tl.dot(x, tl.trans(a), input_precision="ieee")
-                else:
-                    part += tl.dot(x, tl.trans(a))
+            part += rows_times_slab(
+                x_ptr, a_base, offs_m, rows, offs_r, r_mask, k_first,
+                tl.minimum(k_first + range_k, K), K, stride_xm, stride_a_row,
+                BLOCK_R, SHRINK_BLOCK_K, IEEE_FP32,
+            )  # fmt: skip
     return part
 
 
@@ -141,24 +131,10 @@ def _lora_skinny_kernel(
 
     offs_n = slab * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
-    acc = tl.zeros([16, BLOCK_N], dtype=tl.float32)
-    for k_start in range(0, K, BLOCK_K):
-        offs_k = k_start + tl.arange(0, BLOCK_K)
-        k_mask = offs_k < K
-        w = tl.load(
-            w_ptr + offs_n[:, None].to(tl.int64) * stride_wn + offs_k[None, :],
-            mask=n_mask[:, None] & k_mask[None, :],
-            other=0.0,
-        )
-        x = tl.load(
-            x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
-            mask=m_mask[:, None] & k_mask[None, :],
-            other=0.0,
-        )
-        if IEEE_FP32:
-            acc += tl.dot(x, tl.trans(w), input_precision="ieee")
-        else:
-            acc += tl.dot(x, tl.trans(w))
+    acc = rows_times_slab(
+        x_ptr, w_ptr, offs_m, m_mask, offs_n, n_mask, 0, K, K, stride_xm, stride_wn,
+        BLOCK_N, BLOCK_K, IEEE_FP32,
+    )  # fmt: skip
 
     if COOPERATIVE:
         # The shrink programs have lower ids, so the GPU starts them no later than this

@@ -30,6 +30,35 @@ SETTINGS = {
 
 
 @triton.jit
+def rows_times_slab(
+    x_ptr, w_ptr, offs_m, row_mask, offs_n, n_mask, k_first, k_end, K, stride_xm, stride_wn,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, IEEE_FP32: tl.constexpr,
+):  # fmt: skip
+    """[16, BLOCK_N] float32: x[offs_m, k_first:k_end] @ w[offs_n, k_first:k_end].T,
+    streamed BLOCK_K at a time (rows and columns outside the masks: 0). Also the fused
+    LoRA kernel's loop (triton_lora_skinny.py), over the weight and over A."""
+    acc = tl.zeros([16, BLOCK_N], dtype=tl.float32)
+    for k_start in range(k_first, k_end, BLOCK_K):
+        offs_k = k_start + tl.arange(0, BLOCK_K)
+        k_mask = offs_k < K
+        w = tl.load(
+            w_ptr + offs_n[:, None].to(tl.int64) * stride_wn + offs_k[None, :],
+            mask=n_mask[:, None] & k_mask[None, :],
+            other=0.0,
+        )
+        x = tl.load(
+            x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
+            mask=row_mask[:, None] & k_mask[None, :],
+            other=0.0,
+        )
+        if IEEE_FP32:
+            acc += tl.dot(x, tl.trans(w), input_precision="ieee")
+        else:
+            acc += tl.dot(x, tl.trans(w))
+    return acc
+
+
+@triton.jit
 def _skinny_matmul_kernel(
     x_ptr,  # [M, K]
     w_ptr,  # [N, K]
@@ -50,24 +79,10 @@ def _skinny_matmul_kernel(
     offs_m = tl.arange(0, 16)
     n_mask = offs_n < N
     m_mask = offs_m < M
-    acc = tl.zeros([16, BLOCK_N], dtype=tl.float32)
-    for k_start in range(0, K, BLOCK_K):
-        offs_k = k_start + tl.arange(0, BLOCK_K)
-        k_mask = offs_k < K
-        w = tl.load(
-            w_ptr + offs_n[:, None].to(tl.int64) * stride_wn + offs_k[None, :],
-            mask=n_mask[:, None] & k_mask[None, :],
-            other=0.0,
-        )
-        x = tl.load(
-            x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
-            mask=m_mask[:, None] & k_mask[None, :],
-            other=0.0,
-        )
-        if IEEE_FP32:
-            acc += tl.dot(x, tl.trans(w), input_precision="ieee")
-        else:
-            acc += tl.dot(x, tl.trans(w))
+    acc = rows_times_slab(
+        x_ptr, w_ptr, offs_m, m_mask, offs_n, n_mask, 0, K, K, stride_xm, stride_wn,
+        BLOCK_N, BLOCK_K, IEEE_FP32,
+    )  # fmt: skip
     if HAS_BIAS:
         acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     tl.store(

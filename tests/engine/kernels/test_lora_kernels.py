@@ -48,6 +48,14 @@ def per_token(x, y, a, b, token_slots):
     return out
 
 
+# (projection, S*R, K, N) of Llama-3.1-8B, ranks 16 to 64
+LLAMA_8B_PROJECTIONS = [
+    ("qkv_proj", 3 * 16, 4096, 6144),
+    ("o_proj", 16, 4096, 4096),
+    ("gate_up_proj", 2 * 64, 4096, 2 * 14336),
+    ("down_proj", 32, 14336, 4096),
+]
+
 CASES = [
     # (tokens, slots, S*R, K, N): decode-like, prefill-like, ragged sizes, one slot
     (5, 3, 48, 64, 128),
@@ -105,15 +113,7 @@ def test_a_step_without_adapter_tokens_changes_nothing():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
-@pytest.mark.parametrize(
-    ("projection", "rs", "fan_in", "fan_out"),
-    [
-        ("qkv_proj", 3 * 16, 4096, 6144),
-        ("o_proj", 16, 4096, 4096),
-        ("gate_up_proj", 2 * 64, 4096, 2 * 14336),
-        ("down_proj", 32, 14336, 4096),
-    ],
-)
+@pytest.mark.parametrize(("projection", "rs", "fan_in", "fan_out"), LLAMA_8B_PROJECTIONS)
 @pytest.mark.parametrize("num_tokens", [1, 8, 256, 2048])
 def test_llama_8b_shapes_in_bf16_on_gpu(projection, rs, fan_in, fan_out, num_tokens):
     """8 adapter slots, a quarter of the tokens on the base model, bf16 as served."""
@@ -186,15 +186,7 @@ def test_fused_product_refuses_more_rows_than_one_tile():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
-@pytest.mark.parametrize(
-    ("projection", "rs", "fan_in", "fan_out"),
-    [
-        ("qkv_proj", 3 * 16, 4096, 6144),
-        ("o_proj", 16, 4096, 4096),
-        ("gate_up_proj", 2 * 64, 4096, 2 * 14336),
-        ("down_proj", 32, 14336, 4096),
-    ],
-)
+@pytest.mark.parametrize(("projection", "rs", "fan_in", "fan_out"), LLAMA_8B_PROJECTIONS)
 @pytest.mark.parametrize("rows", [1, 5, 16])
 def test_fused_llama_8b_shapes_in_bf16_on_gpu(projection, rs, fan_in, fan_out, rows):
     """4 slots, rows of several adapters and of the base model, with the runner's launch
