@@ -23,10 +23,12 @@ import torch
 import triton
 import triton.language as tl
 
+from pagoda.engine.kernels.triton_skinny import rows_times_slab
+
 if TYPE_CHECKING:
     from pagoda.engine.kernels.lora import LoRATokens
 
-BLOCK_M = 16  # tokens per program (the smallest tensor-core tile)
+BLOCK_M = 16  # tokens per program (the smallest tensor-core tile; rows_times_slab's)
 
 
 @triton.jit
@@ -64,25 +66,12 @@ def _shrink_kernel(
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < RS
     a_base = a_ptr + slot.to(tl.int64) * stride_a_slot
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     k_first = split * K_PER_SPLIT
-    for k_start in range(k_first, tl.minimum(k_first + K_PER_SPLIT, K), BLOCK_K):
-        offs_k = k_start + tl.arange(0, BLOCK_K)
-        k_mask = offs_k < K
-        x = tl.load(
-            x_ptr + rows[:, None] * stride_x + offs_k[None, :],
-            mask=m_mask[:, None] & k_mask[None, :],
-            other=0.0,
-        )
-        a = tl.load(
-            a_base + offs_n[:, None] * stride_a_row + offs_k[None, :],
-            mask=n_mask[:, None] & k_mask[None, :],
-            other=0.0,
-        )
-        if IEEE_FP32:
-            acc += tl.dot(x, tl.trans(a), input_precision="ieee")
-        else:
-            acc += tl.dot(x, tl.trans(a))
+    acc = rows_times_slab(  # the token block's gathered rows of x, this slot's rows of A
+        x_ptr, a_base, rows, m_mask, offs_n, n_mask, k_first,
+        tl.minimum(k_first + K_PER_SPLIT, K), K, stride_x, stride_a_row,
+        BLOCK_N, BLOCK_K, IEEE_FP32,
+    )  # fmt: skip
     tl.store(
         out_ptr + split * stride_out_split + rows[:, None] * stride_out + offs_n[None, :],
         acc,

@@ -35,8 +35,9 @@ def rows_times_slab(
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, IEEE_FP32: tl.constexpr,
 ):  # fmt: skip
     """[16, BLOCK_N] float32: x[offs_m, k_first:k_end] @ w[offs_n, k_first:k_end].T,
-    streamed BLOCK_K at a time (rows and columns outside the masks: 0). Also the fused
-    LoRA kernel's loop (triton_lora_skinny.py), over the weight and over A."""
+    streamed BLOCK_K at a time (rows and columns outside the masks: 0; offs_m may be
+    gathered rows). Also the LoRA kernels' loop (triton_lora.py's shrink,
+    triton_lora_skinny.py's slabs and shrink ranges)."""
     acc = tl.zeros([16, BLOCK_N], dtype=tl.float32)
     for k_start in range(k_first, k_end, BLOCK_K):
         offs_k = k_start + tl.arange(0, BLOCK_K)
