@@ -8,11 +8,15 @@ splits K (up to 4096 or 14336) over programs, each writing a float32 partial pro
 and the expand sums the partials as it reads them: a decode step's A is then read by
 many SMs at once instead of streamed through one.
 
-The grid covers every slot and as many token blocks as the whole step has, so it depends
-only on the step's token count: a CUDA graph captures it once and
-replays it over whatever grouping the buffers hold; programs past their slot's tokens
-return at once, and base-model tokens are in no slot. Each token is in at most one slot,
-so no two programs write the same output element.
+The token blocks are numbered across the slots in slot order, and each program finds its
+slot and first token from the counts (`_slot_block`). However the step's T tokens are
+spread over S slots they make at most cdiv(T, BLOCK_M) + S - 1 blocks, so the grid
+depends only on the step's token count: a CUDA graph captures it once and replays it over
+whatever grouping the buffers hold; programs past the last block return at once, and
+base-model tokens are in no slot. (A grid of every slot times the step's blocks would
+launch S times as many programs, all but one in S of them idle: a 1/8 busy grid of
+hundreds of thousands of programs for a prefill spread over 8 adapters.) Each token is in
+at most one slot, so no two programs write the same output element.
 """
 
 from __future__ import annotations
@@ -28,7 +32,30 @@ from pagoda.engine.kernels.triton_skinny import rows_times_slab
 if TYPE_CHECKING:
     from pagoda.engine.kernels.lora import LoRATokens
 
-BLOCK_M = 16  # tokens per program (the smallest tensor-core tile; rows_times_slab's)
+BLOCK_M = 16  # the shrink's tokens per program (the smallest tensor-core tile; rows_times_slab's)
+# From LARGE_STEP tokens (a long prefill step) the expand takes 64 tokens per program:
+# each tile of B it reads then serves 64 tokens instead of 16. Measured on an H200
+# (bench/lora_prefill_profile.py): 64 is faster at 8192 tokens, 16 at 2048 and below.
+LARGE_STEP, LARGE_BLOCK_M = 4096, 64
+
+
+@triton.jit
+def _slot_block(counts_ptr, block, NUM_SLOTS: tl.constexpr, BLOCK_M: tl.constexpr):
+    """(slot, first token in the slot, the slot's token count) of the block-th block of
+    BLOCK_M tokens, counting every slot's blocks in slot order; slot -1 past the last."""
+    slot = block * 0 - 1
+    first = block * 0
+    count = block * 0
+    seen = block * 0
+    for s in tl.static_range(NUM_SLOTS):
+        tokens = tl.load(counts_ptr + s)
+        blocks = tl.cdiv(tokens, BLOCK_M)
+        inside = (block >= seen) & (block < seen + blocks)
+        slot = tl.where(inside, s, slot)
+        first = tl.where(inside, (block - seen) * BLOCK_M, first)
+        count = tl.where(inside, tokens, count)
+        seen += blocks
+    return slot, first, count
 
 
 @triton.jit
@@ -47,18 +74,17 @@ def _shrink_kernel(
     stride_out_split,
     stride_out,
     K_PER_SPLIT,  # a multiple of BLOCK_K
+    NUM_SLOTS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr,
     IEEE_FP32: tl.constexpr,
 ):
-    slot = tl.program_id(2) // SPLIT_K
-    split = tl.program_id(2) % SPLIT_K
-    count = tl.load(counts_ptr + slot)
-    first = tl.program_id(0) * BLOCK_M
-    if first >= count:
+    slot, first, count = _slot_block(counts_ptr, tl.program_id(0), NUM_SLOTS, BLOCK_M)
+    if slot < 0:
         return
+    split = tl.program_id(2)
     offs_m = first + tl.arange(0, BLOCK_M)
     m_mask = offs_m < count
     rows = tl.load(sorted_ptr + tl.load(starts_ptr + slot) + offs_m, mask=m_mask, other=0)
@@ -94,16 +120,15 @@ def _expand_kernel(
     stride_b_slot,
     stride_b_row,
     stride_y,
+    NUM_SLOTS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_R: tl.constexpr,
     SPLIT_K: tl.constexpr,
     IEEE_FP32: tl.constexpr,
 ):
-    slot = tl.program_id(2)
-    count = tl.load(counts_ptr + slot)
-    first = tl.program_id(0) * BLOCK_M
-    if first >= count:
+    slot, first, count = _slot_block(counts_ptr, tl.program_id(0), NUM_SLOTS, BLOCK_M)
+    if slot < 0:
         return
     offs_m = first + tl.arange(0, BLOCK_M)
     m_mask = offs_m < count
@@ -141,26 +166,45 @@ def _block(size: int, cap: int) -> int:
     return max(16, min(cap, triton.next_power_of_2(size)))
 
 
+SPLIT_TOKENS = 1024  # splits x tokens at most (split_k)
+
+
+def token_blocks(num_tokens: int, num_slots: int, block_m: int) -> int:
+    """The most blocks of block_m tokens that num_tokens spread over num_slots make."""
+    return triton.cdiv(num_tokens, block_m) + num_slots - 1
+
+
+def expand_block_m(num_tokens: int) -> int:
+    return LARGE_BLOCK_M if num_tokens >= LARGE_STEP else BLOCK_M
+
+
 def split_k(num_tokens: int, rs: int, fan_in: int) -> int:
     """How many programs share one token block's K: enough (token, rank) blocks to fill
-    the GPU about twice, each K range at least 256 long."""
+    the GPU about once, each K range at least 256 long, and fewer as tokens grow: every
+    program of the expand reads all the splits of its tokens' partials, so their traffic
+    is splits x tokens x (N / BLOCK_N) rows (at 256 tokens and 16 splits, several times
+    what the expand writes)."""
     blocks = triton.cdiv(num_tokens, BLOCK_M) * triton.cdiv(rs, _block(rs, 64))
-    return max(1, min(fan_in // 256, triton.cdiv(2 * 132, blocks), 32))
+    by_tokens = max(1, SPLIT_TOKENS // num_tokens)
+    return max(1, min(fan_in // 256, triton.cdiv(132, blocks), by_tokens, 32))
 
 
-def lora_shrink(x: torch.Tensor, a: torch.Tensor, tokens: LoRATokens) -> torch.Tensor:
+def lora_shrink(
+    x: torch.Tensor, a: torch.Tensor, tokens: LoRATokens, splits: int | None = None
+) -> torch.Tensor:
     """[T, K] -> [SPLIT_K, T, S*R] float32 partials of each adapter token's row times its
-    slot's A, summed by lora_expand (other rows are left unwritten: nothing reads them)."""
+    slot's A, summed by lora_expand (other rows are left unwritten: nothing reads them).
+    splits: SPLIT_K, by default split_k's choice."""
     num_tokens, fan_in = x.shape
     num_slots, rs, _ = a.shape
     if x.stride(1) != 1:
         x = x.contiguous()
-    splits = split_k(num_tokens, rs, fan_in)
+    splits = splits or split_k(num_tokens, rs, fan_in)
     out = torch.empty(splits, num_tokens, rs, dtype=torch.float32, device=x.device)
     block_n = _block(rs, 64)
     block_k = 32 if x.element_size() == 4 else 64
     k_per_split = triton.cdiv(triton.cdiv(fan_in, splits), block_k) * block_k
-    grid = (triton.cdiv(num_tokens, BLOCK_M), triton.cdiv(rs, block_n), num_slots * splits)
+    grid = (token_blocks(num_tokens, num_slots, BLOCK_M), triton.cdiv(rs, block_n), splits)
     _shrink_kernel[grid](
         x,
         a,
@@ -176,6 +220,7 @@ def lora_shrink(x: torch.Tensor, a: torch.Tensor, tokens: LoRATokens) -> torch.T
         out.stride(0),
         out.stride(1),
         k_per_split,
+        NUM_SLOTS=num_slots,
         BLOCK_M=BLOCK_M,
         BLOCK_N=block_n,
         BLOCK_K=block_k,
@@ -185,14 +230,22 @@ def lora_shrink(x: torch.Tensor, a: torch.Tensor, tokens: LoRATokens) -> torch.T
     return out
 
 
-def lora_expand(s: torch.Tensor, b: torch.Tensor, y: torch.Tensor, tokens: LoRATokens) -> None:
-    """y[t] += (sum of s's partials)[t] @ b[slot].T for each adapter token t, in place."""
+def lora_expand(
+    s: torch.Tensor,
+    b: torch.Tensor,
+    y: torch.Tensor,
+    tokens: LoRATokens,
+    block_m: int | None = None,
+) -> None:
+    """y[t] += (sum of s's partials)[t] @ b[slot].T for each adapter token t, in place
+    (block_m: the tokens per program, by default expand_block_m's choice)."""
     num_tokens, fan_out = y.shape
     num_slots, _, rs = b.shape
     if y.stride(1) != 1:
         raise ValueError("lora_expand adds into an output with unit column stride")
+    block_m = block_m or expand_block_m(num_tokens)
     block_n = 64 if y.element_size() == 4 else 128
-    grid = (triton.cdiv(num_tokens, BLOCK_M), triton.cdiv(fan_out, block_n), num_slots)
+    grid = (token_blocks(num_tokens, num_slots, block_m), triton.cdiv(fan_out, block_n), 1)
     _expand_kernel[grid](
         s,
         b,
@@ -207,7 +260,8 @@ def lora_expand(s: torch.Tensor, b: torch.Tensor, y: torch.Tensor, tokens: LoRAT
         b.stride(0),
         b.stride(1),
         y.stride(0),
-        BLOCK_M=BLOCK_M,
+        NUM_SLOTS=num_slots,
+        BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_R=_block(rs, 64),
         SPLIT_K=s.shape[0],

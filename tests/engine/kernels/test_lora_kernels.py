@@ -64,6 +64,7 @@ CASES = [
     (3, 1, 8, 40, 24),
     (3, 2, 16, 1000, 32),  # few tokens, long K: the shrink splits K over 3 programs
     (2, 2, 48, 2048, 40),  # 8 splits
+    (4100, 5, 16, 32, 48),  # a long prefill step: the expand's 64-token blocks
 ]
 
 
@@ -91,12 +92,50 @@ def test_triton_matches_the_reference_with_base_tokens_mixed_in(
     assert torch.equal(got_triton[0], y[0])  # the base token is untouched
 
 
+@pytest.mark.parametrize("block_m", [16, 64])
+def test_token_blocks_are_found_across_empty_and_partly_filled_slots(block_m):
+    """Slot 1 and the last slot hold no token, slot 0 one more than a block: every block
+    program must find its own slot and first token from the counts alone."""
+    from pagoda.engine.kernels import triton_lora
+
+    token_slots = [0] * (block_m + 1) + [None] * 3 + [2] * (2 * block_m) + [3] * 5
+    random.Random(7).shuffle(token_slots)
+    tokens = group(token_slots, 5)
+    a, b = stacks(5, 16, 48, 40, torch.float32, seed=3)
+    x = torch.randn(len(token_slots), 48, device=DEVICE)
+    y = torch.randn(len(token_slots), 40, device=DEVICE)
+    got = y.clone()
+    shrunk = triton_lora.lora_shrink(x, a, tokens)
+    triton_lora.lora_expand(shrunk, b, got, tokens, block_m=block_m)
+    expected = per_token(x, y, a, b, token_slots)
+    torch.testing.assert_close(got.double(), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_the_grid_covers_any_spread_of_the_tokens_over_the_slots():
+    from pagoda.engine.kernels.triton_lora import token_blocks
+
+    for total, slots, block in [(1, 8, 16), (256, 8, 16), (8192, 8, 64), (17, 3, 16)]:
+        for counts in _spreads(total, slots):
+            assert sum(-(-c // block) for c in counts) <= token_blocks(total, slots, block)
+
+
+def _spreads(total: int, slots: int):
+    """Ways to spread total tokens over slots, the worst ones (many partial blocks) first."""
+    yield [total] + [0] * (slots - 1)
+    yield [1] * (slots - 1) + [total - slots + 1] if total >= slots else [1] * total
+    rng = random.Random(total)
+    for _ in range(50):
+        cuts = sorted(rng.randint(0, total) for _ in range(slots - 1))
+        yield [b - a for a, b in zip([0, *cuts], [*cuts, total], strict=True)]
+
+
 def test_few_tokens_split_k_and_many_tokens_do_not():
     from pagoda.engine.kernels.triton_lora import split_k
 
     assert split_k(1, 48, 4096) == 16 and split_k(1, 16, 14336) == 32
     assert split_k(8192, 48, 4096) == 1  # 512 token blocks fill the GPU already
     assert split_k(3, 16, 1000) == 3
+    assert split_k(256, 48, 4096) == 4  # the expand re-reads splits x tokens partials
 
 
 def test_a_step_without_adapter_tokens_changes_nothing():
