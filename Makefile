@@ -7,10 +7,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_VERSION := $(shell sed -n 's/^torch==//p' constraints.txt)
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
-TINY_MODEL := .cache/tiny-llama
 PORT ?= 8000
+# The demo model (pagoda make-demo-model) lives in Pagoda's cache, beside the Kubernetes tools.
+PAGODA_CACHE_DIR := $(or $(PAGODA_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pagoda)
+DEMO_MODEL ?= $(PAGODA_CACHE_DIR)/demo/smollm2-135m
+DEMO_STATE := .cache/demo
 
-.PHONY: setup test soak lint format run clean generate
+.PHONY: setup test soak lint format run run-intro stop serve demo-model clean generate
 
 setup: $(STAMP)
 
@@ -28,7 +31,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $@
 
-test: setup k8s-tools
+test: setup k8s-tools demo-model
 	$(BIN)/pytest
 
 # The autoscaler under 10 minutes of noisy load, then three cold starts from zero: a
@@ -45,17 +48,28 @@ format: setup
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-$(TINY_MODEL)/config.json: | setup
-	$(BIN)/pagoda make-tiny-model $(TINY_MODEL) --arch llama
+# SmolLM2-135M-Instruct and its LoRA adapter: a no-op in a few seconds once made.
+demo-model: setup
+	@$(BIN)/pagoda make-demo-model $(DEMO_MODEL) --adapter
 
-# Serves the tiny model over the OpenAI API on loopback; Ctrl-C drains and stops it.
-run: setup $(TINY_MODEL)/config.json
-	@echo "Serving $(TINY_MODEL) as 'tiny' on http://127.0.0.1:$(PORT). From another shell:"
-	@echo "  curl http://127.0.0.1:$(PORT)/v1/completions -H 'Content-Type: application/json' \\"
-	@echo "    -d '{\"model\": \"tiny\", \"prompt\": \"The paged KV cache lets a server\", \"max_tokens\": 32}'"
-	@echo "  curl http://127.0.0.1:$(PORT)/metrics"
-	OMP_NUM_THREADS=1 $(BIN)/pagoda serve $(TINY_MODEL) --host 127.0.0.1 --port $(PORT) \
-		--served-model-name tiny
+# The product on this machine (e2e/demo.py): the local cluster, the chart, the demo
+# model's InferenceService behind the router, Prometheus; Ctrl-C or `make stop` ends it.
+run: run-intro setup k8s-tools demo-model
+	@$(E2E_CLI) --state-dir $(DEMO_STATE) demo --model $(DEMO_MODEL)
+
+run-intro:
+	@echo "make run: a first run builds .venv (~5 min), the Kubernetes tools (~14 min on two"
+	@echo "cores) and the demo model (~2 min), then starts; a later run is up in about a minute."
+
+stop: setup
+	@$(E2E_CLI) --state-dir $(DEMO_STATE) demo-stop
+
+# The engine alone: the demo model and its adapter over the OpenAI API on loopback.
+serve: setup demo-model
+	@echo "Serving $(DEMO_MODEL) as 'smollm2' (adapter 'sonnets') on http://127.0.0.1:$(PORT)"
+	OMP_NUM_THREADS=2 $(BIN)/pagoda serve $(DEMO_MODEL) --host 127.0.0.1 --port $(PORT) \
+		--served-model-name smollm2 --enable-lora \
+		--lora-modules sonnets=$(DEMO_MODEL)/adapters/sonnets
 
 # The CRDs in crds/ and charts/pagoda/ come from the typed API in operator/api/;
 # tests/operator/test_generated.py fails when they are stale.

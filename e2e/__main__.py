@@ -32,12 +32,22 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("status", help="list the cluster's processes")
     sub.add_parser("back", help="run the pod backer in the foreground (started by `up`)")
     sub.add_parser("tools", help="print the binaries' folder, or what is missing")
+    demo = sub.add_parser(
+        "demo", help="`make run`: the chart and the demo model's InferenceService, until Ctrl-C"
+    )
+    demo.add_argument("--model", type=Path, required=True, help="the demo model's folder")
+    sub.add_parser("demo-stop", help="`make stop`: stop a running demo and its cluster")
     args = parser.parse_args(argv)
+    quiet = args.command == "demo"  # its own progress lines; the pods' logs are in logs/pods
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if args.verbose else logging.WARNING if quiet else logging.INFO,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
     try:
+        if args.command == "demo":
+            from e2e import demo as demo_module
+
+            return demo_module.run(args.state_dir, args.model)
         return COMMANDS[args.command](args.state_dir)
     except (StartupError, MissingBinaryError) as exc:  # expected failures: no traceback
         log.error("%s", exc)
@@ -100,7 +110,14 @@ def cmd_tools(state_dir: Path) -> int:
     return 0
 
 
+def cmd_demo_stop(state_dir: Path) -> int:
+    from e2e import demo
+
+    return demo.stop_running(state_dir)
+
+
 COMMANDS = {
+    "demo-stop": cmd_demo_stop,
     "up": cmd_up,
     "down": cmd_down,
     "status": cmd_status,

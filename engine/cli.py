@@ -68,7 +68,7 @@ def _register_demo_model(subparsers: argparse._SubParsersAction) -> None:
         "--adapter",
         action="store_true",
         help="also train the demo LoRA adapter (answers in Shakespeare's sonnets; about a "
-        "minute on two cores) into OUT_DIR-sonnets",
+        "minute on two cores) into OUT_DIR/adapters/sonnets",
     )
     demo.add_argument(
         "--seed", type=int, default=0, help="seed of the adapter's training (default 0)"

@@ -1,10 +1,11 @@
 """`pagoda make-demo-model --adapter`: a small PEFT LoRA adapter trained on the demo model.
 
 It learns to answer any question with lines of Shakespeare's sonnets (the public-domain
-text in data/shakespeare-sonnets.txt), so what it says is visibly not what the base model
-says. Trained here on the CPU with `peft` in a few minutes: rank 8 on q_proj and v_proj,
-the loss on the answers' tokens only, examples in a fixed order, every random number from
-the seed, deterministic kernels; the same seed on the same machine gives the same bytes.
+text in shakespeare-sonnets.txt beside this file), so what it says is visibly not what
+the base model says. Trained here on the CPU with `peft` in about a minute: rank 8 on
+q_proj and v_proj, the loss on the answers' tokens only, examples in a fixed order, every
+random number from the seed, deterministic kernels; the same seed on the same machine
+gives the same bytes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-TEXT = Path(__file__).resolve().parent / "data" / "shakespeare-sonnets.txt"
+TEXT = Path(__file__).resolve().parent / "shakespeare-sonnets.txt"
 ADAPTER_NAME = "sonnets"
 QUESTIONS = [
     "What is the capital of Italy?",
@@ -68,12 +69,14 @@ MANIFEST = "pagoda-demo-adapter.json"
 
 
 def make_demo_adapter(model_dir: str | Path, seed: int = 0, steps: int = DEFAULT_STEPS) -> Path:
-    """Train the adapter into <model_dir>-sonnets, unless it holds one trained from the
-    same base weights, text, seed and settings already."""
+    """Train the adapter into <model_dir>/adapters/sonnets (inside the model's folder, so
+    a pod that mounts the model sees it too), unless that holds one trained from the same
+    base weights, text, seed and settings already."""
     if steps < 1:
         raise ValueError(f"--adapter-steps must be at least 1, got {steps}")
     model = Path(model_dir)
-    out = model.with_name(f"{model.name}-{ADAPTER_NAME}")
+    out = model / "adapters" / ADAPTER_NAME
+    out.parent.mkdir(exist_ok=True)
     key = _training_key(model, seed, steps)
     try:
         if json.loads((out / MANIFEST).read_text()).get("key") == key:

@@ -21,16 +21,22 @@ from typing import Any
 from kubernetes import client
 
 from e2e import Backend, Cluster, PodBacker, kubeconfig, wait_for
+from e2e.pagoda_pods import (
+    BACKED,
+    BACKED_OPERATOR,
+    OPERATOR_LABELS,
+    RELEASE,
+    ROUTER_LABELS,
+    SYSTEM_NAMESPACE,
+    local_argv,
+    operator_argv,
+    router_argv,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "pagoda"
 ENGINE_STUB = Path(__file__).resolve().parent / "engine_stub.py"
-RELEASE = "pagoda"
-SYSTEM_NAMESPACE = "pagoda-system"
-OPERATOR_LABELS = {"app.kubernetes.io/instance": RELEASE, "app.kubernetes.io/component": "operator"}
 ENGINE_LABEL = "e2e.pagoda.dev/engine"  # which process backs an engine pod
-ROUTER_LABELS = {"app.kubernetes.io/component": "router"}
-BACKED = {"e2e.pagoda.dev/backed": "true"}
 
 
 def backed(engine: str = "stub") -> dict[str, Any]:
@@ -70,7 +76,7 @@ def install(cluster: Cluster, api, backer: PodBacker, state_dir: Path) -> Operat
     core.create_namespace({"metadata": {"name": SYSTEM_NAMESPACE}})
     installed = cluster.helm(
         "install", RELEASE, str(CHART), "--namespace", SYSTEM_NAMESPACE,
-        "--set-string", "operator.podAnnotations.e2e\\.pagoda\\.dev/backed=true",
+        "--set-string", BACKED_OPERATOR,
         "--set", f"operator.peering.lifetimeSeconds={PEERING_LIFETIME_S}",
         check=False,
     )  # fmt: skip
@@ -79,32 +85,13 @@ def install(cluster: Cluster, api, backer: PodBacker, state_dir: Path) -> Operat
     # the backer logs each replica in with a token of the chart's ServiceAccount, as the
     # kubelet would; tests use this kubeconfig to act with the same rights
     kubeconfig = sa_kubeconfig(cluster, core, RELEASE, state_dir / "operator.kubeconfig")
-    backer.register(Backend(OPERATOR_LABELS, operator_argv(api)))
+    backer.register(Backend(OPERATOR_LABELS, operator_argv(client.AppsV1Api(api))))
     engine = [sys.executable, str(ENGINE_STUB), "--host={pod_ip}", "--port={port}"]
     backer.register(Backend({ENGINE_LABEL: "stub"}, engine, {"OMP_NUM_THREADS": "1"}))
     backer.register(Backend(ROUTER_LABELS, router_argv))
     operator = Operator(kubeconfig, core)
     wait_for(lambda: len(operator.ready_pods()) == 2, "two operator replicas Ready", 60)
     return operator
-
-
-def operator_argv(api) -> list[str]:
-    """The chart's container args, run as a local process bound to the pod's IP."""
-    deployment = client.AppsV1Api(api).read_namespaced_deployment(
-        f"{RELEASE}-operator", SYSTEM_NAMESPACE
-    )
-    args = deployment.spec.template.spec.containers[0].args
-    args = [re.sub(r"^--http-address=.*", "--http-address={pod_ip}:{port}", a) for a in args]
-    return [sys.executable, "-P", "-m", "pagoda.operator", *args]
-
-
-def router_argv(pod) -> list[str]:
-    """A router pod's own container args, as a local process on the pod's IP: it watches
-    the engine pods with its ServiceAccount's token, so the Role the operator made is
-    exercised too."""
-    (container,) = pod.spec.containers
-    args = [re.sub(r"^--host=.*", "--host={pod_ip}", a) for a in container.args]
-    return [sys.executable, "-P", "-m", "pagoda.operator.router", *args]
 
 
 def serve_real_engines(backer: PodBacker, model_dir: Path) -> None:
@@ -116,14 +103,6 @@ def serve_real_engines(backer: PodBacker, model_dir: Path) -> None:
         return local_argv(container.command, container.args, str(model_dir))
 
     backer.register(Backend({ENGINE_LABEL: "pagoda-serve"}, argv, {"OMP_NUM_THREADS": "1"}))
-
-
-def local_argv(command: list[str], args: list[str], model_dir: str) -> list[str]:
-    """The container's command line as a local process: `pagoda` from this environment,
-    the tiny model for MODEL_DIR, the pod's own IP and port instead of 0.0.0.0:8000."""
-    pagoda = str(Path(sys.executable).parent / command[0])
-    swapped = {"--host=0.0.0.0": "--host={pod_ip}", "--port=8000": "--port={port}"}
-    return [pagoda, *command[1:], model_dir, *(swapped.get(a, a) for a in args[1:])]
 
 
 def sa_kubeconfig(cluster: Cluster, core, service_account: str, path: Path) -> Path:
