@@ -18,7 +18,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -323,29 +323,36 @@ class TargetWriter(threading.Thread):
                 log.debug("target discovery: %s", exc)
 
 
-def run(state_dir: Path, model_dir: Path, on_ready: Callable[[], None] | None = None) -> int:
-    """Bring the demo up, then wait for Ctrl-C / SIGTERM and take it down."""
+def run(state_dir: Path, model_dir: Path) -> int:
+    """Bring the demo up, then wait for Ctrl-C / SIGTERM and take it down; 1 when it could
+    not start (the message says why)."""
     if (state_dir / "state.json").exists():
         print(f"a demo is running (or was left) in {state_dir}: run `make stop` first")
         return 1
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    (state_dir).mkdir(parents=True, exist_ok=True)
+    # Ctrl-C (SIGINT, even where a shell started this with it ignored) and SIGTERM (`make
+    # stop`) both end the wait, or a start still under way, and run the teardown.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    state_dir.mkdir(parents=True, exist_ok=True)
     (state_dir / PID_FILE).write_text(f"{os.getpid()}\n")
     demo = Demo(state_dir, model_dir)
+    failed = 0
     try:
         demo.up()
-        if on_ready:
-            on_ready()
-        while not stopping.wait(0.5):
-            pass
+        while True:
+            time.sleep(3600)
     except KeyboardInterrupt:
         pass
+    except (OSError, RuntimeError, TimeoutError) as exc:  # helm, kubectl, a timeout, a file
+        print(f"error: {exc}", flush=True)
+        print(f"the pods' logs: {state_dir / 'logs' / 'pods'}", flush=True)
+        failed = 1
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut teardown
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         demo.down()
         (state_dir / PID_FILE).unlink(missing_ok=True)
-    return 0
+    return failed
 
 
 def stop_running(state_dir: Path, timeout_s: float = 120) -> int:
@@ -365,6 +372,10 @@ def stop_running(state_dir: Path, timeout_s: float = 120) -> int:
         Cluster.load(state_dir).down()
     print("the demo is stopped")
     return 0
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _alive(pid: int) -> bool:

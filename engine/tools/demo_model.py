@@ -60,7 +60,8 @@ def cache_root() -> Path:
 
 
 def default_dir() -> Path:
-    """Where `make run` and the tests keep the demo checkpoint (its adapter beside it)."""
+    """Where `make run` and the tests keep the demo checkpoint (and, in adapters/sonnets,
+    its adapter)."""
     return cache_root() / "demo" / "smollm2-135m"
 
 
