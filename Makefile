@@ -13,7 +13,7 @@ PAGODA_CACHE_DIR := $(or $(PAGODA_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/
 DEMO_MODEL ?= $(PAGODA_CACHE_DIR)/demo/smollm2-135m
 DEMO_STATE := .cache/demo
 
-.PHONY: setup test soak lint format run run-intro stop serve demo-model clean generate
+.PHONY: setup test soak lint format run run-intro stop serve demo-model prometheus clean generate
 
 setup: $(STAMP)
 
@@ -31,8 +31,20 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $@
 
-test: setup k8s-tools demo-model
+test: setup k8s-tools demo-model prometheus
 	$(BIN)/pytest
+
+# promtool, which the alert rules' tests run (and Prometheus, which `make run` starts when
+# installed): Debian's package, installed when missing and this is a root Debian machine.
+prometheus:
+	@command -v promtool >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing Debian's prometheus package (promtool, for the alert tests)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+				--no-install-recommends prometheus >/dev/null; \
+		else \
+			echo "promtool is missing (the alert tests will skip): install Prometheus"; \
+		fi; }
 
 # The autoscaler under 10 minutes of noisy load, then three cold starts from zero: a
 # benchmark (bench/results/<date>-cpu-autoscaler-soak.json), not part of `make test`.

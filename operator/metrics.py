@@ -64,6 +64,12 @@ AUTOSCALER_TARGET = Gauge(
     [*ISVC_LABELS, "signal"],
     registry=REGISTRY,
 )
+AUTOSCALER_MAX = Gauge(
+    "pagoda_operator_autoscaler_max_replicas",
+    "spec.autoscaling.maxReplicas: desired replicas at this value cannot grow with demand",
+    ISVC_LABELS,
+    registry=REGISTRY,
+)
 AUTOSCALER_PANIC = Gauge(
     "pagoda_operator_autoscaler_panic",
     "1 while the autoscaler is in panic mode (scaling up on a burst, never down)",
@@ -96,6 +102,7 @@ AUTOSCALER_ERRORS = Counter(
 )
 AUTOSCALER_GAUGES = (
     AUTOSCALER_DESIRED,
+    AUTOSCALER_MAX,
     AUTOSCALER_PANIC,
     AUTOSCALER_HELD,
     AUTOSCALER_COLD_START,

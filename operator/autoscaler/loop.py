@@ -202,6 +202,7 @@ def _cold_start_s(pods: list[dict[str, Any]]) -> float | None:
 def _export(isvc: Isvc, decision: Decision, cold_start: float | None) -> None:
     labels = (isvc.namespace, isvc.name)
     metrics.AUTOSCALER_DESIRED.labels(*labels).set(decision.desired)
+    metrics.AUTOSCALER_MAX.labels(*labels).set(isvc.spec.autoscaling.max_replicas)
     metrics.AUTOSCALER_PANIC.labels(*labels).set(1 if decision.mode == "Panic" else 0)
     metrics.AUTOSCALER_HELD.labels(*labels).set(decision.held)
     if cold_start is not None:

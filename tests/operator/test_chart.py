@@ -125,3 +125,16 @@ def test_default_images_are_the_ones_images_builds(helm):
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     engine = values["engine"]["image"]["repository"]
     assert f"--engine-image={engine}:0.1.0" in args
+
+
+def test_alert_rules_ship_as_a_prometheus_rule_where_the_operator_of_prometheus_is(helm):
+    assert not [d for d in render(helm) if d["kind"] == "PrometheusRule"]  # no such CRD
+    api = "--api-versions=monitoring.coreos.com/v1/PrometheusRule"
+    labels = "--set=alerts.labels.release=kube-prometheus-stack"
+    (rule,) = [d for d in render(helm, api, labels) if d["kind"] == "PrometheusRule"]
+    shipped = yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())
+    assert rule["spec"] == shipped  # as generated: Prometheus's {{ $labels }} left alone
+    assert "{{ $labels.pod }}" in json.dumps(rule["spec"])
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    off = render(helm, api, "--set=alerts.enabled=false")
+    assert not [d for d in off if d["kind"] == "PrometheusRule"]
