@@ -70,8 +70,8 @@ run: run-intro setup k8s-tools demo-model
 	@$(E2E_CLI) --state-dir $(DEMO_STATE) demo --model $(DEMO_MODEL)
 
 run-intro:
-	@echo "make run: a first run builds .venv (~5 min), the Kubernetes tools (~14 min on two"
-	@echo "cores) and the demo model (~2 min), then starts; a later run is up in about a minute."
+	@echo "make run: a first run builds .venv (~3 min), the Kubernetes tools (~14 min on two"
+	@echo "cores) and the demo model (~2 min), then starts; a later run is up in about 35 s."
 
 stop: setup
 	@$(E2E_CLI) --state-dir $(DEMO_STATE) demo-stop

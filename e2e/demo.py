@@ -250,7 +250,8 @@ def banner(ready: dict[str, Any], cluster: Cluster) -> str:
     if prometheus:
         lines += [
             "",
-            f"Prometheus: {prometheus}/graph  (it scrapes the engines, the router, the operator)",
+            f"Prometheus: {prometheus}/graph  (it scrapes the engines, the router, the operator;",
+            f"  {prometheus}/alerts lists Pagoda's alert rules)",
             "  sum by (finished_reason) (rate(pagoda:request_success_total[1m]))",
             "  pagoda:kv_cache_usage_perc",
         ]
@@ -258,12 +259,17 @@ def banner(ready: dict[str, Any], cluster: Cluster) -> str:
     return "\n".join(lines)
 
 
+ALERT_RULES = CHART / "files" / "alerts.yaml"
+
+
 def prometheus_config(targets: Path) -> str:
     """Scrape every target in the file the demo keeps up to date (scrape_targets: this
-    machine's Prometheus from Debian is built without Kubernetes discovery)."""
+    machine's Prometheus from Debian is built without Kubernetes discovery), and evaluate
+    the alert rules the chart ships."""
     return f"""global:
   scrape_interval: 5s
   evaluation_interval: 5s
+rule_files: [{ALERT_RULES}]
 scrape_configs:
   - job_name: pagoda
     file_sd_configs:
@@ -286,8 +292,9 @@ def scrape_targets(core) -> list[dict[str, Any]]:
             entries.append(
                 {
                     "targets": [f"{pod.status.pod_ip}:{port}" for port in ports],
-                    "labels": {
+                    "labels": {  # as a ServiceMonitor's discovery labels them
                         "component": component,
+                        "container": pod.spec.containers[0].name,
                         "namespace": namespace,
                         "pod": pod.metadata.name,
                         "inferenceservice": labels.get("serving.pagoda.dev/inferenceservice", ""),

@@ -19,6 +19,7 @@ import pytest
 from e2e import tools
 from e2e.demo import READY_FILE
 from e2e.procs import sweep
+from pagoda.operator.observability.alerts import all_alerts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -115,6 +116,11 @@ def test_make_run_serves_the_demo_model_and_make_stop_leaves_nothing(demo):
         while scraped() != {"engine", "router", "operator"} and time.monotonic() < deadline:
             time.sleep(1)
         assert scraped() == {"engine", "router", "operator"}
+        rules = httpx.get(f"{ready['prometheus_url']}/api/v1/rules", timeout=5).json()
+        loaded = [r for group in rules["data"]["groups"] for r in group["rules"]]
+        assert len(loaded) == len(all_alerts()), "the chart's alert rules are evaluated"
+        firing = httpx.get(f"{ready['prometheus_url']}/api/v1/alerts", timeout=5).json()
+        assert [a for a in firing["data"]["alerts"] if a["state"] == "firing"] == []
 
     assert marked_processes(state), "the demo's processes carry its cluster's marker"
     env = {**os.environ, "PYTHON": sys.executable}
