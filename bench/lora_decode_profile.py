@@ -42,17 +42,26 @@ def tokens_for(rows: int) -> LoRATokens:
     return tokens
 
 
-def layer_weights(name: str) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+def lora_layers(name: str, slots: int, layers: int) -> list[tuple[torch.Tensor, ...]]:
+    """(W, A stack, B stack) of `layers` layers' projection `name`, random bf16 on the GPU,
+    every slot's rank-RANK adapter on all its sub-projections (lora_prefill_profile.py's
+    too)."""
     fan_in, fan_out = PROJECTIONS[name]
     rs = SLICES[name] * RANK
 
     def one():
         w = torch.randn(fan_out, fan_in, dtype=torch.bfloat16, device="cuda") * 0.02
-        a = torch.randn(SLOTS, rs, fan_in, dtype=torch.bfloat16, device="cuda") * 0.02
-        b = torch.randn(SLOTS, fan_out, rs, dtype=torch.bfloat16, device="cuda") * 0.01
-        return w, a, b, FusedLoRAState.allocate(rs, "cuda")
+        a = torch.randn(slots, rs, fan_in, dtype=torch.bfloat16, device="cuda") * 0.02
+        b = torch.randn(slots, fan_out, rs, dtype=torch.bfloat16, device="cuda") * 0.01
+        return w, a, b
 
-    return [one() for _ in range(LAYERS)]
+    return [one() for _ in range(layers)]
+
+
+def layer_weights(name: str) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    state = FusedLoRAState.allocate
+    rs = SLICES[name] * RANK
+    return [(w, a, b, state(rs, "cuda")) for w, a, b in lora_layers(name, SLOTS, LAYERS)]
 
 
 def setting_of(name: str) -> dict | None:

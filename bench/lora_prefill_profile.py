@@ -16,12 +16,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from decode_profile import PROJECTIONS, graph_time_ms  # beside this script
+from lora_decode_profile import RANK, SLICES, lora_layers
 
 from pagoda.engine.kernels import triton_lora
 from pagoda.engine.kernels.lora import LoRATokens
 
-RANK, SLOTS, LAYERS, MODEL_LAYERS = 16, 8, 8, 32
-SLICES = {"qkv": 3, "o": 1, "gate_up": 2, "down": 1}
+SLOTS, LAYERS, MODEL_LAYERS = 8, 8, 32
 STEPS = (256, 512, 2048, 8192)
 EXPAND_BLOCKS = (16, 64)
 SPLITS = (1, 2, 4, 8, 16)
@@ -41,16 +41,7 @@ def round_robin_tokens(rows: int) -> LoRATokens:
 
 
 def layer_weights(name: str):
-    fan_in, fan_out = PROJECTIONS[name]
-    rs = SLICES[name] * RANK
-
-    def one():
-        w = torch.randn(fan_out, fan_in, dtype=torch.bfloat16, device="cuda") * 0.02
-        a = torch.randn(SLOTS, rs, fan_in, dtype=torch.bfloat16, device="cuda") * 0.02
-        b = torch.randn(SLOTS, fan_out, rs, dtype=torch.bfloat16, device="cuda") * 0.01
-        return w, a, b
-
-    return [one() for _ in range(LAYERS)]
+    return lora_layers(name, SLOTS, LAYERS)
 
 
 def base_only(x, weights):

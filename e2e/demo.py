@@ -15,7 +15,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -35,7 +34,7 @@ from e2e.pagoda_pods import (
     operator_argv,
     router_argv,
 )
-from e2e.procs import Proc, spawn, stop
+from e2e.procs import Proc, free_port, pid_alive, spawn, stop
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +85,7 @@ class Demo:
         with self._phase("engine and router pods Ready (torch starts and loads the model)"):
             router_url = self._wait_routable(api)
         with self._phase("Prometheus"):
-            prometheus_url = self._start_prometheus()
+            prometheus_url = self._start_prometheus(api)
         ready = {"router_url": router_url, "prometheus_url": prometheus_url}
         ready |= {"kubeconfig": str(self.cluster.kubeconfig), "seconds": self._elapsed()}
         (self.state_dir / READY_FILE).write_text(json.dumps(ready, indent=2) + "\n")
@@ -171,7 +170,7 @@ class Demo:
         what = f"InferenceService {SERVICE} Ready and routed"
         return wait_for(routable, what, READY_TIMEOUT_S, 1)
 
-    def _start_prometheus(self) -> str | None:
+    def _start_prometheus(self, api) -> str | None:
         binary = shutil.which("prometheus")
         if binary is None:
             print("  Prometheus is not installed: `apt-get install prometheus` (Debian, Ubuntu)")
@@ -182,13 +181,13 @@ class Demo:
         folder.mkdir(parents=True)
         from kubernetes import client
 
-        targets = TargetWriter(client.CoreV1Api(self.cluster.api_client()), folder / "targets.json")
+        targets = TargetWriter(client.CoreV1Api(api), folder / "targets.json")
         targets.write_once()
         targets.start()
         self.targets = targets
         config = folder / "prometheus.yml"
         config.write_text(prometheus_config(targets.path))
-        port = _free_port()
+        port = free_port()
         name, _, value = self.cluster.marker.partition("=")
         argv = [
             binary, f"--config.file={config}", f"--storage.tsdb.path={folder / 'data'}",
@@ -371,7 +370,7 @@ def stop_running(state_dir: Path, timeout_s: float = 120) -> int:
         try:
             os.kill(pid, signal.SIGTERM)
             print(f"asked the demo (pid {pid}) to stop; waiting for its teardown ...")
-            wait_for(lambda: not _alive(pid), "the demo's teardown", timeout_s, 0.2)
+            wait_for(lambda: not pid_alive(pid), "the demo's teardown", timeout_s, 0.2)
         except ProcessLookupError:
             pass
         pid_file.unlink(missing_ok=True)
@@ -383,17 +382,6 @@ def stop_running(state_dir: Path, timeout_s: float = 120) -> int:
 
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (exited, not yet reaped by its parent) is gone for our purposes
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def _is_ready(pod) -> bool:
@@ -410,9 +398,3 @@ def _answers(url: str) -> bool:
             return response.status == 200
     except OSError:
         return False
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

@@ -165,12 +165,11 @@ def _reap(pid: int, block: bool = False) -> None:
         pass
 
 
-def sweep(marker: str) -> list[int]:
-    """SIGKILL every process whose environment holds `marker` ("NAME=value"), except this
-    one: every process a cluster starts carries its marker, so this finds whatever a
-    graceful stop missed (a pod's grandchild, a backer killed mid-way) and nothing else."""
+def marked(marker: str, live_only: bool = False) -> list[int]:
+    """Every process but this one whose environment holds `marker` ("NAME=value");
+    live_only: not those that exited and wait to be reaped."""
     needle = marker.encode()
-    killed = []
+    found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -178,10 +177,25 @@ def sweep(marker: str) -> list[int]:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if needle in environ:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed.append(int(entry.name))
+        if needle in environ and not (live_only and _is_zombie(int(entry.name))):
+            found.append(int(entry.name))
+    return found
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether the process runs (an exited one not yet reaped does not)."""
+    return start_time(pid) is not None and not _is_zombie(pid)
+
+
+def sweep(marker: str) -> list[int]:
+    """SIGKILL every process whose environment holds `marker` ("NAME=value"), except this
+    one: every process a cluster starts carries its marker, so this finds whatever a
+    graceful stop missed (a pod's grandchild, a backer killed mid-way) and nothing else."""
+    killed = []
+    for pid in marked(marker):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
     for pid in killed:
         _reap(pid, block=True)
     return killed

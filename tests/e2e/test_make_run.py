@@ -18,7 +18,7 @@ import pytest
 
 from e2e import tools
 from e2e.demo import READY_FILE
-from e2e.procs import sweep
+from e2e.procs import marked, sweep
 from pagoda.operator.observability.alerts import all_alerts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -40,19 +40,7 @@ def printed_curls(banner: str) -> list[str]:
 
 
 def marked_processes(state: Path) -> list[int]:
-    needle = f"{MARKER}={state}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-            status = (entry / "stat").read_text().split()[2]
-        except OSError:
-            continue
-        if needle in environ and status != "Z":
-            found.append(int(entry.name))
-    return found
+    return marked(f"{MARKER}={state}", live_only=True)
 
 
 @pytest.fixture
