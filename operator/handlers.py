@@ -167,3 +167,4 @@ async def autoscale(
             await stopped.wait(SYNC_S)
     finally:
         memo.autoscaler.forget(namespace, name)
+        metrics.forget_status(namespace, name)

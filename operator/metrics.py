@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -108,3 +110,69 @@ AUTOSCALER_GAUGES = (
     AUTOSCALER_COLD_START,
 )
 AUTOSCALER_SIGNAL_GAUGES = (AUTOSCALER_SIGNAL, AUTOSCALER_TARGET)
+
+# Each InferenceService's status, as the reconciler last wrote it
+REPLICAS = Gauge(
+    "pagoda_operator_replicas",
+    "Engine replicas by state: desired (spec.replicas), current (pods of every revision), "
+    "updated (pods of the current revision) and ready",
+    [*ISVC_LABELS, "state"],
+    registry=REGISTRY,
+)
+REVISION_READY = Gauge(
+    "pagoda_operator_revision_ready_replicas",
+    "Ready engine replicas per model revision: the routers spread requests over ready "
+    "engines, so these are the revisions' shares of traffic during a rollout",
+    [*ISVC_LABELS, "revision"],
+    registry=REGISTRY,
+)
+CONDITION = Gauge(
+    "pagoda_operator_condition",
+    "1 while the status condition of this type holds (status True), else 0; reason as "
+    "in status.conditions",
+    [*ISVC_LABELS, "type", "reason"],
+    registry=REGISTRY,
+)
+_exported: dict[tuple[str, str], dict[str, set[tuple[str, ...]]]] = {}
+
+
+def export_status(
+    namespace: str,
+    name: str,
+    replicas: dict[str, int],
+    revisions: dict[str, int],
+    conditions: dict[str, tuple[bool, str]],
+) -> None:
+    """Set one InferenceService's status gauges, dropping the series of revisions and
+    condition reasons it no longer has."""
+    now: dict[str, set[tuple[str, ...]]] = {"revision": set(), "condition": set()}
+    for state, count in replicas.items():
+        REPLICAS.labels(namespace, name, state).set(count)
+    for revision, ready in revisions.items():
+        REVISION_READY.labels(namespace, name, revision).set(ready)
+        now["revision"].add((revision,))
+    for type_, (holds, reason) in conditions.items():
+        CONDITION.labels(namespace, name, type_, reason).set(1 if holds else 0)
+        now["condition"].add((type_, reason))
+    before = _exported.get((namespace, name), {"revision": set(), "condition": set()})
+    for gone in before["revision"] - now["revision"]:
+        _remove(REVISION_READY, namespace, name, *gone)
+    for gone in before["condition"] - now["condition"]:
+        _remove(CONDITION, namespace, name, *gone)
+    _exported[(namespace, name)] = now
+
+
+def forget_status(namespace: str, name: str) -> None:
+    """Drop a deleted InferenceService's status series."""
+    before = _exported.pop((namespace, name), {"revision": set(), "condition": set()})
+    for state in ("desired", "current", "updated", "ready"):
+        _remove(REPLICAS, namespace, name, state)
+    for labels in before["revision"]:
+        _remove(REVISION_READY, namespace, name, *labels)
+    for labels in before["condition"]:
+        _remove(CONDITION, namespace, name, *labels)
+
+
+def _remove(gauge: Gauge, *labels: str) -> None:
+    with contextlib.suppress(KeyError):  # never set
+        gauge.remove(*labels)

@@ -114,6 +114,7 @@ class Reconciler:
             self.kube.patch_status(INFERENCE_SERVICE, isvc.namespace, isvc.name, written)
         for type_, reason, message in transitions(previous, status):
             self.post_event(body, type_, reason, message)
+        _export_status(isvc, status, deployments)
 
     def _apply_children(
         self, body: Mapping[str, Any], isvc: Isvc, options: BuildOptions, spec_changed: bool
@@ -167,6 +168,25 @@ class Reconciler:
             self.kube.delete(DEPLOYMENT, isvc.namespace, name)
             self._record(body, "Deployment", name, "Retired")
         return [current]
+
+
+def _export_status(
+    isvc: Isvc, status: InferenceServiceStatus, deployments: list[dict[str, Any]]
+) -> None:
+    replicas = {
+        "desired": isvc.spec.replicas,
+        "current": status.replicas or 0,
+        "updated": status.updated_replicas or 0,
+        "ready": status.ready_replicas or 0,
+    }
+    revisions = {
+        d["metadata"].get("labels", {}).get(names.LABEL_REVISION, d["metadata"]["name"]): int(
+            (d.get("status") or {}).get("readyReplicas") or 0
+        )
+        for d in deployments
+    }
+    conditions = {c.type: (c.status == "True", c.reason) for c in status.conditions}
+    metrics.export_status(isvc.namespace, isvc.name, replicas, revisions, conditions)
 
 
 def _status_of(body: Mapping[str, Any]) -> InferenceServiceStatus | None:

@@ -1,5 +1,5 @@
-"""Writes the generated CRD files from the typed API and the alert rules from
-operator/observability/ (`make generate`); `--check` only
+"""Writes the generated CRD files from the typed API, and the alert rules and Grafana
+dashboards from operator/observability/ (`make generate`); `--check` only
 reports stale ones (tests/operator/test_generated.py runs the same comparison).
 
 Run as `python -P -m pagoda.operator.api.generate [--check]` (`-P`: never put the
@@ -17,6 +17,7 @@ import yaml
 
 from pagoda.operator.api.crd import cluster_peering_crd, inference_service_crd
 from pagoda.operator.observability.alerts import rule_groups
+from pagoda.operator.observability.dashboards import DASHBOARDS, dashboard_json
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,9 @@ def generated_files() -> dict[Path, str]:
         ROOT / "charts/pagoda/templates/crd-inferenceservices.yaml": chart_crd(isvc),
         ROOT / "charts/pagoda/crds/kopf.dev_clusterkopfpeerings.yaml": HEADER + to_yaml(peering),
         ROOT / "charts/pagoda/files/alerts.yaml": ALERTS_HEADER + to_yaml(rule_groups()),
+    } | {  # JSON has no comments: charts/pagoda/README.md says where they come from
+        ROOT / f"charts/pagoda/files/dashboards/pagoda-{name}.json": dashboard_json(name)
+        for name in DASHBOARDS
     }
 
 

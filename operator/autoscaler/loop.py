@@ -204,6 +204,9 @@ def _export(isvc: Isvc, decision: Decision, cold_start: float | None) -> None:
     metrics.AUTOSCALER_DESIRED.labels(*labels).set(decision.desired)
     metrics.AUTOSCALER_MAX.labels(*labels).set(isvc.spec.autoscaling.max_replicas)
     metrics.AUTOSCALER_PANIC.labels(*labels).set(1 if decision.mode == "Panic" else 0)
+    for direction in ("up", "down"):  # zero until the first scale, not absent
+        metrics.AUTOSCALER_SCALES.labels(*labels, direction)
+    metrics.AUTOSCALER_ERRORS.labels(*labels)
     metrics.AUTOSCALER_HELD.labels(*labels).set(decision.held)
     if cold_start is not None:
         metrics.AUTOSCALER_COLD_START.labels(*labels).set(cold_start)

@@ -23,10 +23,28 @@ def _monitor(isvc: Isvc, name: str, component: str, port: str) -> dict[str, Any]
         "spec": {
             "selector": {"matchLabels": names.selector(isvc) | {names.LABEL_COMPONENT: component}},
             "endpoints": [
-                {"port": port, "path": "/metrics", "interval": isvc.spec.monitoring.interval}
+                {
+                    "port": port,
+                    "path": "/metrics",
+                    "interval": isvc.spec.monitoring.interval,
+                    # every series names its InferenceService, as the operator's do
+                    "relabelings": [
+                        {
+                            "sourceLabels": [
+                                f"__meta_kubernetes_pod_label_{_label(names.LABEL_ISVC)}"
+                            ],
+                            "targetLabel": "inferenceservice",
+                        }
+                    ],
+                }
             ],
         },
     }
+
+
+def _label(name: str) -> str:
+    """A pod label's name in Kubernetes service discovery's meta labels."""
+    return "".join(c if c.isalnum() else "_" for c in name)
 
 
 def service_monitor(isvc: Isvc) -> dict[str, Any]:

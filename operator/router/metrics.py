@@ -10,6 +10,9 @@ LATENCY_BUCKETS = (
 )
 
 
+RETRY_REASONS = ("connect_error", "reset", "unavailable")
+
+
 class RouterMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -28,6 +31,8 @@ class RouterMetrics:
             ["reason"],
             registry=r,
         )
+        for reason in RETRY_REASONS:  # zero until the first retry, not absent
+            self.retries.labels(reason)
         self.decisions = Counter(
             "pagoda_router:decisions",
             "Engine choices by their reason (prefix, least_loaded, only, round_robin).",

@@ -14,14 +14,10 @@ import yaml
 
 from pagoda.operator.api.generate import ROOT
 from pagoda.operator.observability.alerts import all_alerts
-from pagoda.operator.observability.catalog import series_labels
+from pagoda.operator.observability.catalog import selectors, series_labels, unexported
 
 RULES = ROOT / "charts" / "pagoda" / "files" / "alerts.yaml"
 RUNBOOKS = ROOT / "docs" / "runbooks.md"
-PROMQL_WORDS = {
-    "sum", "max", "min", "avg", "count", "rate", "increase", "by", "on", "without",
-    "ignoring", "unless", "and", "or", "absent", "le", "bool",
-}  # fmt: skip
 
 E, R = {"container": "engine"}, {"container": "router"}
 NS = {"namespace": "ns"}
@@ -136,42 +132,23 @@ def expand(template: str, labels: dict[str, str]) -> str:
     return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), template)
 
 
-def queried(expr: str) -> tuple[list[tuple[str, set[str]]], set[str]]:
-    """([(series name, labels matched in its braces)], labels of by/on clauses)."""
-    clauses = r"\b(?:by|on|without|ignoring)\s*\(([^)]*)\)"
-    grouping = {label.strip() for c in re.findall(clauses, expr) for label in c.split(",")}
-    stripped = re.sub(r"\[[^\]]*\]", " ", re.sub(clauses, " ", expr))  # and range windows
-    braces = iter(re.findall(r"\{([^}]*)\}", stripped))
-    selectors = []
-    for name, brace in re.findall(
-        r"([a-zA-Z_:][\w:]*)\s*(\{)?", re.sub(r"\{[^}]*\}", "{", stripped)
-    ):
-        if name in PROMQL_WORDS:
-            continue
-        labels = set(re.findall(r"(\w+)\s*=~?", next(braces))) if brace else set()
-        selectors.append((name, labels))
-    return selectors, grouping
-
-
 def test_every_alert_queries_only_exported_series_and_labels():
     exported = series_labels()
     for alert in all_alerts():
-        selectors, grouping = queried(alert.expr)
-        assert selectors, alert.name
-        available = set()
-        for name, labels in selectors:
-            assert name in exported, f"{alert.name} queries {name}, which nothing exports"
-            missing = labels - exported[name]
-            assert not missing, f"{alert.name}: {name} has no label {missing}"
-            available |= exported[name]
-        assert grouping <= available, f"{alert.name} groups by {grouping - available}"
+        assert unexported(alert.expr, exported) == [], alert.name
 
 
 def test_the_label_check_notices_a_renamed_metric():
     exported = series_labels()
-    selectors, _ = queried('sum by (pod) (rate(pagoda:num_preemption_total{model="m"}[5m]))')
-    assert selectors == [("pagoda:num_preemption_total", {"model"})]
+    found, _ = selectors('sum by (pod) (rate(pagoda:num_preemption_total{model="m"}[5m]))')
+    assert [(s.name, s.labels) for s in found] == [("pagoda:num_preemption_total", {"model"})]
     assert "pagoda:num_preemption_total" not in exported
+    assert unexported(str(found[0]), exported) == [
+        "pagoda:num_preemption_total, which nothing exports"
+    ]
+    assert unexported('sum by (adapter) (pagoda:num_requests_running{pod="p"})', exported) == [
+        "by/on labels ['adapter'] that none of its series has"
+    ]
 
 
 def test_the_chart_ships_the_generated_rules_and_promtool_accepts_them():
