@@ -166,6 +166,18 @@ OPERATOR = [
         "the service can add. Raise spec.autoscaling.maxReplicas if GPUs allow.",
     ),
     Alert(
+        "PagodaRolloutStuck",
+        "max by (namespace, inferenceservice) "
+        '(pagoda_operator_condition{type="Degraded", reason="ProgressDeadlineExceeded"}) == 1',
+        "5m",
+        "warning",
+        "{{ $labels.namespace }}/{{ $labels.inferenceservice }}: the rollout made no progress "
+        "within its deadline",
+        "The new revision's pods did not become ready within "
+        "spec.rollout.progressDeadlineSeconds; the previous revision keeps serving. "
+        "kubectl describe pisvc shows the Deployment's message.",
+    ),
+    Alert(
         "PagodaOperatorDown",
         'absent(pagoda_operator_up == 1) or up{container="operator"} == 0',
         "5m",
