@@ -13,7 +13,8 @@ PAGODA_CACHE_DIR := $(or $(PAGODA_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/
 DEMO_MODEL ?= $(PAGODA_CACHE_DIR)/demo/smollm2-135m
 DEMO_STATE := .cache/demo
 
-.PHONY: setup test soak lint format run run-intro stop serve demo-model prometheus clean generate
+.PHONY: setup test soak lint format run run-intro stop serve demo-model prometheus grafana-schema \
+	clean generate
 
 setup: $(STAMP)
 
@@ -31,8 +32,12 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $@
 
-test: setup k8s-tools demo-model prometheus
+test: setup k8s-tools demo-model prometheus grafana-schema
 	$(BIN)/pytest
+
+# Grafana's dashboard types and tsc (npm), which the dashboards' schema test runs.
+grafana-schema: setup
+	@$(BIN)/python -m tests.operator.observability.grafana_schema
 
 # promtool, which the alert rules' tests run (and Prometheus, which `make run` starts when
 # installed): Debian's package, installed when missing and this is a root Debian machine.

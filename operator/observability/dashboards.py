@@ -540,6 +540,7 @@ def operator() -> dashboard.Dashboard:
     )
 
 
+INTERVAL_ONLY = ("auto", "auto_count", "auto_min")
 DASHBOARDS = {"serving": serving, "fleet": fleet, "rollouts": rollouts, "operator": operator}
 
 
@@ -548,7 +549,12 @@ def dashboard_json(name: str) -> str:
     model = DASHBOARDS[name]().build()
     for number, panel in enumerate(model.panels or [], start=1):
         panel.id_val = number  # Grafana links and embeds panels by id: unique in a dashboard
-    return JSONEncoder(sort_keys=True, indent=2).encode(model) + "\n"
+    built = json.loads(JSONEncoder().encode(model))
+    for variable in built["templating"]["list"]:
+        if variable["type"] != "interval":  # the SDK writes an interval's fields on every
+            for key in INTERVAL_ONLY:  # variable; Grafana's own schema has them on none
+                variable.pop(key, None)
+    return json.dumps(built, sort_keys=True, indent=2) + "\n"
 
 
 def dashboard_models() -> dict[str, dict]:

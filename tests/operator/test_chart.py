@@ -86,10 +86,11 @@ def test_values_schema_forbids_unknown_keys_everywhere():
     assert all(o.get("additionalProperties") is False for o in objects(schema))
 
 
-def test_one_kind_per_template(helm):
+def test_every_object_has_its_own_name(helm):
     docs = render(helm)
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == sorted(set(kinds)), kinds
+    named = [(d["kind"], d["metadata"]["name"]) for d in docs]
+    assert len(named) == len(set(named)), named
     assert {"CustomResourceDefinition", "Deployment", "ClusterRole", "ServiceAccount"} <= set(kinds)
 
 
@@ -138,3 +139,36 @@ def test_alert_rules_ship_as_a_prometheus_rule_where_the_operator_of_prometheus_
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     off = render(helm, api, "--set=alerts.enabled=false")
     assert not [d for d in off if d["kind"] == "PrometheusRule"]
+
+
+def test_dashboards_ship_as_configmaps_for_grafanas_sidecar(helm):
+    shipped = {p.name: json.loads(p.read_text()) for p in (CHART / "files/dashboards").glob("*")}
+    maps = [d for d in render(helm) if d["kind"] == "ConfigMap"]
+    assert len(maps) == len(shipped) == 4
+    for config in maps:
+        assert config["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert config["metadata"]["annotations"]["grafana_folder"] == "Pagoda"
+        ((key, text),) = config["data"].items()
+        assert json.loads(text) == shipped[key]  # Grafana's {{ }} legends left alone
+    custom = render(
+        helm, "--set=dashboards.label=dash", "--set=dashboards.labelValue=yes",
+        "--set=dashboards.folder=LLMs", "--set=dashboards.namespace=monitoring",
+    )  # fmt: skip
+    config = next(d for d in custom if d["kind"] == "ConfigMap")
+    assert config["metadata"]["labels"]["dash"] == "yes"
+    assert config["metadata"]["annotations"]["grafana_folder"] == "LLMs"
+    assert config["metadata"]["namespace"] == "monitoring"
+    off = render(helm, "--set=dashboards.enabled=false")
+    assert not [d for d in off if d["kind"] in ("ConfigMap", "GrafanaDashboard")]
+
+
+def test_dashboards_ship_as_grafana_dashboards_for_the_grafana_operator(helm):
+    assert not [d for d in render(helm) if d["kind"] == "GrafanaDashboard"]
+    docs = render(helm, "--set=dashboards.grafanaOperator.enabled=true")
+    boards = [d for d in docs if d["kind"] == "GrafanaDashboard"]
+    assert len(boards) == 4
+    for board in boards:
+        assert board["apiVersion"] == "grafana.integreatly.org/v1beta1"
+        assert board["spec"]["instanceSelector"] == {"matchLabels": {"dashboards": "grafana"}}
+        assert board["spec"]["folder"] == "Pagoda"
+        assert json.loads(board["spec"]["json"])["uid"].startswith("pagoda-")
