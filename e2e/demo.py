@@ -52,9 +52,10 @@ ENGINE_ENV = {"OMP_NUM_THREADS": "1"}  # two cores shared by every process here
 
 
 class Demo:
-    def __init__(self, state_dir: Path, model_dir: Path) -> None:
+    def __init__(self, state_dir: Path, model_dir: Path, alert_rules: Path | None = None) -> None:
         self.state_dir = state_dir.resolve()
         self.model_dir = model_dir.resolve()
+        self.alert_rules = alert_rules or ALERT_RULES  # the e2e tests give a variant
         self.cluster = Cluster(self.state_dir)
         self.backer: PodBacker | None = None
         self.prometheus: Proc | None = None
@@ -186,7 +187,7 @@ class Demo:
         targets.start()
         self.targets = targets
         config = folder / "prometheus.yml"
-        config.write_text(prometheus_config(targets.path))
+        config.write_text(prometheus_config(targets.path, self.alert_rules))
         port = free_port()
         name, _, value = self.cluster.marker.partition("=")
         argv = [
@@ -261,16 +262,17 @@ def banner(ready: dict[str, Any], cluster: Cluster) -> str:
 ALERT_RULES = CHART / "files" / "alerts.yaml"
 
 
-def prometheus_config(targets: Path) -> str:
+def prometheus_config(targets: Path, rules: Path = ALERT_RULES) -> str:
     """Scrape every target in the file the demo keeps up to date (scrape_targets: this
     machine's Prometheus from Debian is built without Kubernetes discovery), and evaluate
     the alert rules the chart ships."""
     return f"""global:
   scrape_interval: 5s
   evaluation_interval: 5s
-rule_files: [{ALERT_RULES}]
+rule_files: [{rules}]
 scrape_configs:
   - job_name: pagoda
+    honor_labels: true  # the operator's own namespace label wins, as its ServiceMonitor's
     file_sd_configs:
       - files: [{targets}]
         refresh_interval: 5s
