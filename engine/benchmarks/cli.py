@@ -28,6 +28,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench = subparsers.add_parser("bench", help="benchmarks: serving load, GPU workloads")
     workloads = bench.add_subparsers(dest="workload", required=True, metavar="WORKLOAD")
     _register_serve(workloads)
+    plot = workloads.add_parser(
+        "plot", help="draw result files' pictures (RESULT.png beside each RESULT.json)"
+    )
+    plot.add_argument(
+        "results", nargs="+", type=Path, metavar="RESULT",
+        help="a `bench serve --result-file` report or an autoscaler soak result",
+    )  # fmt: skip
+    plot.set_defaults(handler=_plot)
 
     throughput = workloads.add_parser("throughput", help="many requests at once")
     _common(throughput)
@@ -145,6 +153,13 @@ def _register_serve(workloads: argparse._SubParsersAction) -> None:
     serve.add_argument("--seed", type=int, default=0, help="seed of the random prompts")
     serve.add_argument("--result-file", default=None, help="write the report as JSON here")
     serve.set_defaults(handler=_serve)
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from pagoda.engine.benchmarks.plots import plot_beside
+
+    drawn = [plot_beside(path) for path in args.results]
+    return 0 if all(drawn) else 1
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -6,12 +6,14 @@ import statistics
 from dataclasses import dataclass, field
 
 PERCENTILES = (50, 90, 99)
+REQUEST_FIELDS = ("sent_s", "ttft_s", "latency_s", "output_tokens")
 
 
 @dataclass
 class RequestResult:
     success: bool = False
     error: str | None = None
+    sent_at: float = 0.0  # seconds from the benchmark's start to sending this request
     latency: float = 0.0  # seconds, request sent to stream end
     chunk_times: list[float] = field(default_factory=list)  # seconds since sent, per chunk
     prompt_tokens: int | None = None  # the server's count (usage)
@@ -68,6 +70,15 @@ def summarize(results: list[RequestResult], duration: float) -> dict:
         "tpot": distribution([r.tpot for r in done if r.tpot is not None]),
         "itl": distribution([itl for r in done for itl in r.itls]),
         "e2e_latency": distribution([r.latency for r in done]),
+        # each finished request, for `pagoda bench plot` (latency CDFs, tokens over time)
+        "requests": {
+            "fields": list(REQUEST_FIELDS),
+            "rows": [
+                [round(r.sent_at, 4), round(r.ttft, 4), round(r.latency, 4), r.num_output_tokens]
+                for r in done
+                if r.ttft is not None
+            ],
+        },
     }
 
 

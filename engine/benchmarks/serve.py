@@ -22,6 +22,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pagoda.engine.benchmarks.report import RequestResult, summarize
 
@@ -110,7 +111,9 @@ async def run_benchmark(config: BenchConfig, seed: int = 0) -> dict:
         started = time.perf_counter()
         tasks = []
         for request in config.requests:
-            tasks.append(asyncio.create_task(_limited(semaphore, session, config, model, request)))
+            tasks.append(
+                asyncio.create_task(_limited(semaphore, session, config, model, request, started))
+            )
             if config.request_rate != float("inf"):
                 await asyncio.sleep(rng.expovariate(config.request_rate))
         results = await asyncio.gather(*tasks)
@@ -124,12 +127,15 @@ async def _first_model(session, base_url: str) -> str:
         return (await response.json())["data"][0]["id"]
 
 
-async def _limited(semaphore, session, config, model, request) -> RequestResult:
+async def _limited(semaphore, session, config, model, request, run_started) -> RequestResult:
     async with semaphore:
-        return await _send(session, config, model, request)
+        result = await _send(session, config, model, request, run_started)
+    return result
 
 
-async def _send(session, config: BenchConfig, model: str, request: BenchRequest) -> RequestResult:
+async def _send(
+    session, config: BenchConfig, model: str, request: BenchRequest, run_started: float
+) -> RequestResult:
     import aiohttp
 
     payload = {
@@ -142,8 +148,8 @@ async def _send(session, config: BenchConfig, model: str, request: BenchRequest)
     }
     if config.ignore_eos:
         payload["ignore_eos"] = True
-    result = RequestResult()
     started = time.perf_counter()
+    result = RequestResult(sent_at=started - run_started)
     try:
         async with session.post(f"{config.base_url}{config.endpoint}", json=payload) as response:
             if response.status != 200:
@@ -213,4 +219,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     if args.result_file:
         with open(args.result_file, "w") as file:
             json.dump(report, file, indent=2)
+        from pagoda.engine.benchmarks.plots import plot_beside
+
+        plot_beside(Path(args.result_file))
     return 0 if report["completed"] else 1

@@ -24,6 +24,7 @@ import pytest
 
 from bench.cpu_results import write_result
 from e2e import wait_for
+from pagoda.engine.benchmarks.plots import plot_beside
 from tests.e2e import operator_env as env
 from tests.e2e.test_operator_autoscaling import replicas, scaled_isvc
 from tests.e2e.test_operator_router import MODEL, STARTUP_S, pods, router_urls
@@ -150,7 +151,10 @@ def test_noisy_load_flaps_at_most_twice_and_cold_starts_are_measured(api, real_e
             "trace": trace,
         },
     }
-    write_result("autoscaler-soak", f"{date.today()}-cpu-autoscaler-soak.json", body, "make soak")
+    path = write_result(
+        "autoscaler-soak", f"{date.today()}-cpu-autoscaler-soak.json", body, "make soak"
+    )
+    plot_beside(path)  # replicas against load
     print(json.dumps(body["results"], indent=2))
     assert counts["failed"] == 0, counts
     assert flips <= 2, changes
