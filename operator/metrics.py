@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 
 from prometheus_client import (
     CollectorRegistry,
@@ -134,6 +135,7 @@ CONDITION = Gauge(
     registry=REGISTRY,
 )
 _exported: dict[tuple[str, str], dict[str, set[tuple[str, ...]]]] = {}
+_exported_lock = threading.Lock()  # reconciles (threads) and the daemon's end (the loop)
 
 
 def export_status(
@@ -145,6 +147,11 @@ def export_status(
 ) -> None:
     """Set one InferenceService's status gauges, dropping the series of revisions and
     condition reasons it no longer has."""
+    with _exported_lock:
+        _export_status(namespace, name, replicas, revisions, conditions)
+
+
+def _export_status(namespace, name, replicas, revisions, conditions) -> None:
     now: dict[str, set[tuple[str, ...]]] = {"revision": set(), "condition": set()}
     for state, count in replicas.items():
         REPLICAS.labels(namespace, name, state).set(count)
@@ -164,7 +171,8 @@ def export_status(
 
 def forget_status(namespace: str, name: str) -> None:
     """Drop a deleted InferenceService's status series."""
-    before = _exported.pop((namespace, name), {"revision": set(), "condition": set()})
+    with _exported_lock:
+        before = _exported.pop((namespace, name), {"revision": set(), "condition": set()})
     for state in ("desired", "current", "updated", "ready"):
         _remove(REPLICAS, namespace, name, state)
     for labels in before["revision"]:

@@ -198,6 +198,14 @@ def test_monitors_only_when_the_prometheus_operator_is_there(make_isvc):
     with_monitor = children(isvc, BuildOptions(monitoring_available=True))
     monitors = [c for c in with_monitor if c["kind"] == "ServiceMonitor"]
     assert [m["metadata"]["name"] for m in monitors] == ["llama", "llama-router"]
+    for monitor in monitors:  # every engine and router series names its InferenceService
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["relabelings"] == [
+            {
+                "sourceLabels": ["__meta_kubernetes_pod_label_serving_pagoda_dev_inferenceservice"],
+                "targetLabel": "inferenceservice",
+            }
+        ]
     assert monitors[0]["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "engine"
     assert all(m["spec"]["endpoints"][0]["path"] == "/metrics" for m in monitors)
     disabled = make_isvc(monitoring={"enabled": False})
