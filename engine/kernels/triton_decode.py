@@ -49,8 +49,6 @@ def _decode_partial_kernel(
     NUM_HEADS: tl.constexpr,
     IEEE_FP32: tl.constexpr,
     DOT_FP16: tl.constexpr,  # float8 K/V: products in fp16 (see dot_in_fp16)
-    K_ROWS: tl.constexpr,  # load K as [TILE_N, D] rows and transpose in registers
-    DOT_FP8: tl.constexpr,  # float8 K/V: q and p in e4m3, both products fp8 x fp8 (a sweep)
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -77,11 +75,6 @@ def _decode_partial_kernel(
     )
     if DOT_FP16:
         q = q.to(tl.float16)  # K, V and p follow q's dtype below
-    q_scale = 1.0
-    if DOT_FP8:  # q scaled into e4m3's range once; s is scaled back after the product
-        q_amax = tl.max(tl.max(tl.abs(q.to(tl.float32)), 1), 0)
-        q_scale = 448.0 / tl.maximum(q_amax, 1e-6)
-        q = (q.to(tl.float32) * q_scale).to(tl.float8e4nv)
 
     m_i = tl.full([GROUP_PADDED], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([GROUP_PADDED], dtype=tl.float32)
@@ -99,25 +92,13 @@ def _decode_partial_kernel(
             + (positions % BLOCK_SIZE) * stride_cache_slot
             + kv_head * stride_cache_head
         )
-        if K_ROWS:
-            k = tl.load(
-                k_cache_ptr + token_offs[:, None] + offs_d[None, :],
-                mask=valid[:, None] & d_mask[None, :],
-                other=0.0,
-            )
-            k = tl.trans(k.to(q.dtype))
-        else:
-            kv_mask = valid[None, :] & d_mask[:, None]
-            k = tl.load(
-                k_cache_ptr + token_offs[None, :] + offs_d[:, None], mask=kv_mask, other=0.0
-            )
-            k = k.to(q.dtype)  # a float8 cache is widened to the products' dtype
+        kv_mask = valid[None, :] & d_mask[:, None]
+        k = tl.load(k_cache_ptr + token_offs[None, :] + offs_d[:, None], mask=kv_mask, other=0.0)
+        k = k.to(q.dtype)  # a float8 cache is widened to the products' dtype
         if IEEE_FP32:  # noqa: SIM108 - constexpr branches compile separately
             s = tl.dot(q, k, input_precision="ieee")
         else:
             s = tl.dot(q, k)
-        if DOT_FP8:
-            s = s / q_scale
         s = tl.where(valid[None, :], s * scale_log2, float("-inf"))  # [GROUP, TILE_N]
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -131,8 +112,6 @@ def _decode_partial_kernel(
         ).to(q.dtype)
         if IEEE_FP32:
             acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v, input_precision="ieee")
-        elif DOT_FP8:
-            acc = acc * alpha[:, None] + tl.dot(p.to(tl.float8e4nv), v)
         else:
             acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v)
         m_i = m_new
@@ -224,8 +203,6 @@ def paged_decode_attention(
     num_stages: int | None = None,
     out: torch.Tensor | None = None,  # contiguous, like query
     dot_fp16: bool | None = None,  # None: dot_in_fp16 (an override for sweeps)
-    k_rows: bool = False,  # K read as token rows (an option for sweeps)
-    dot_fp8: bool = False,  # both products in fp8 (an option for sweeps; float8 caches)
 ) -> torch.Tensor:
     num_seqs, num_heads, head_dim = query.shape
     _, _, block_size, num_kv_heads, _ = kv_cache.shape
@@ -278,8 +255,6 @@ def paged_decode_attention(
         NUM_HEADS=num_heads,
         IEEE_FP32=query.dtype == torch.float32,
         DOT_FP16=dot_in_fp16(query, kv_cache) if dot_fp16 is None else dot_fp16,
-        K_ROWS=k_rows,
-        DOT_FP8=dot_fp8,
         num_warps=num_warps,
         num_stages=num_stages,
     )
