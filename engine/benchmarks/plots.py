@@ -26,7 +26,10 @@ def plot_beside(result: Path) -> Path | None:
         print(f"no plot of {result}: pip install 'pagoda[bench]' (matplotlib)")
         return None
     matplotlib.use("Agg")  # files only: no display here or on a GPU node
-    record = json.loads(result.read_text())
+    try:
+        record = json.loads(result.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{result} is not a JSON result file: {exc}") from None
     if "requests" in record:
         figure = serve_figure(record, result.stem)
     elif "trace" in record.get("results", {}):

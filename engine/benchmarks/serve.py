@@ -219,7 +219,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     if args.result_file:
         with open(args.result_file, "w") as file:
             json.dump(report, file, indent=2)
-        from pagoda.engine.benchmarks.plots import plot_beside
+        if report["completed"]:  # nothing to draw when every request failed
+            from pagoda.engine.benchmarks.plots import plot_beside
 
-        plot_beside(Path(args.result_file))
+            plot_beside(Path(args.result_file))
     return 0 if report["completed"] else 1

@@ -80,3 +80,6 @@ def test_a_file_with_nothing_to_draw_is_refused(tmp_path):
     result.write_text(json.dumps({"figures": {}}))
     with pytest.raises(ValueError, match="nothing to plot"):
         plot_beside(result)
+    result.write_text("Successful requests: 12")  # the printed report, not its JSON
+    with pytest.raises(ValueError, match="is not a JSON result file"):
+        plot_beside(result)
