@@ -11,8 +11,13 @@ from pagoda.operator import metrics
 
 
 def series(name: str) -> list[str]:
+    """This test's series of one family (other tests' reconciles export theirs too)."""
     text = generate_latest(metrics.REGISTRY).decode()
-    return sorted(line for line in text.splitlines() if line.startswith(name + "{"))
+    return sorted(
+        line
+        for line in text.splitlines()
+        if line.startswith(name + "{") and 'inferenceservice="s",namespace="ns"' in line
+    )
 
 
 def test_status_series_follow_the_status_and_go_with_the_inference_service():
