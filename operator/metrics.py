@@ -147,26 +147,22 @@ def export_status(
 ) -> None:
     """Set one InferenceService's status gauges, dropping the series of revisions and
     condition reasons it no longer has."""
-    with _exported_lock:
-        _export_status(namespace, name, replicas, revisions, conditions)
-
-
-def _export_status(namespace, name, replicas, revisions, conditions) -> None:
     now: dict[str, set[tuple[str, ...]]] = {"revision": set(), "condition": set()}
-    for state, count in replicas.items():
-        REPLICAS.labels(namespace, name, state).set(count)
-    for revision, ready in revisions.items():
-        REVISION_READY.labels(namespace, name, revision).set(ready)
-        now["revision"].add((revision,))
-    for type_, (holds, reason) in conditions.items():
-        CONDITION.labels(namespace, name, type_, reason).set(1 if holds else 0)
-        now["condition"].add((type_, reason))
-    before = _exported.get((namespace, name), {"revision": set(), "condition": set()})
-    for gone in before["revision"] - now["revision"]:
-        _remove(REVISION_READY, namespace, name, *gone)
-    for gone in before["condition"] - now["condition"]:
-        _remove(CONDITION, namespace, name, *gone)
-    _exported[(namespace, name)] = now
+    with _exported_lock:
+        for state, count in replicas.items():
+            REPLICAS.labels(namespace, name, state).set(count)
+        for revision, ready in revisions.items():
+            REVISION_READY.labels(namespace, name, revision).set(ready)
+            now["revision"].add((revision,))
+        for type_, (holds, reason) in conditions.items():
+            CONDITION.labels(namespace, name, type_, reason).set(1 if holds else 0)
+            now["condition"].add((type_, reason))
+        before = _exported.get((namespace, name), {"revision": set(), "condition": set()})
+        for gone in before["revision"] - now["revision"]:
+            _remove(REVISION_READY, namespace, name, *gone)
+        for gone in before["condition"] - now["condition"]:
+            _remove(CONDITION, namespace, name, *gone)
+        _exported[(namespace, name)] = now
 
 
 def forget_status(namespace: str, name: str) -> None:

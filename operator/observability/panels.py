@@ -6,6 +6,7 @@ value looks like.
 
 from __future__ import annotations
 
+import string
 from dataclasses import dataclass
 
 from grafana_foundation_sdk.builders import dashboard, prometheus, stat, timeseries
@@ -61,7 +62,8 @@ def label_variable(name: str, label: str, series: str) -> dashboard.QueryVariabl
 
 
 def _targets(panel, queries: tuple[Query, ...]):
-    for ref, query in zip("ABCDEFGH", queries, strict=False):
+    for index, query in enumerate(queries):
+        ref = string.ascii_uppercase[index]  # Grafana's refIds: A, B, C, ...
         panel = panel.with_target(
             prometheus.Dataquery().expr(query.expr).legend_format(query.legend).ref_id(ref)
         )
@@ -108,15 +110,12 @@ def single(title: str, description: str, unit: str, query: Query, span: int = 6)
     return _targets(panel, (query,))
 
 
-def quantiles(metric: str, selector: str, by: str = "") -> tuple[Query, ...]:
+def quantiles(metric: str, selector: str) -> tuple[Query, ...]:
     """p50, p90 and p99 of a histogram over the selected series."""
-    group = f"le{', ' + by if by else ''}"
-    prefix = f"{{{{{by}}}}} " if by else ""
     return tuple(
         Query(
-            f"histogram_quantile({q}, sum by ({group}) "
-            f"(rate({metric}_bucket{{{selector}}}[{RATE}])))",
-            f"{prefix}p{round(q * 100)}",
+            f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket{{{selector}}}[{RATE}])))",
+            f"p{round(q * 100)}",
         )
         for q in (0.5, 0.9, 0.99)
     )

@@ -8,21 +8,19 @@ Run as `python -m tests.operator.observability.grafana_schema`.
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from e2e.tools import cache_root
+
 HERE = Path(__file__).resolve().parent / "grafana-schema"
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("PAGODA_CACHE") or Path(
-        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "pagoda"
-    )
     digest = hashlib.sha256((HERE / "package-lock.json").read_bytes()).hexdigest()[:12]
-    return Path(root) / "grafana-schema" / digest
+    return cache_root() / "grafana-schema" / digest
 
 
 def tsc() -> Path | None:
