@@ -113,13 +113,30 @@ def waiting_status(pod, pod_ip: str, reason: str, message: str, restart_count: i
     return _status(pod, phase, pod_ip, "False", containers, now())
 
 
+def gate_conditions(pod) -> list[dict]:
+    """The pod's readiness-gate conditions as others (a controller) set them: the kubelet
+    keeps them, and Ready needs each of them True."""
+    gates = {g.condition_type for g in (pod.spec.readiness_gates or [])}
+    return [
+        {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message}
+        for c in (pod.status and pod.status.conditions) or []
+        if c.type in gates
+    ]
+
+
 def _status(pod, phase: str, pod_ip: str, ready: str, containers: list, start: str) -> dict:
     stamp = now()
+    gates = gate_conditions(pod)
+    gated = len(gates) == len(pod.spec.readiness_gates or []) and all(
+        g["status"] == "True" for g in gates
+    )
+    pod_ready = "True" if ready == "True" and gated else "False"
     conditions = [
         {"type": "PodScheduled", "status": "True"},
         {"type": "Initialized", "status": "True", "lastTransitionTime": stamp},
         {"type": "ContainersReady", "status": ready, "lastTransitionTime": stamp},
-        {"type": "Ready", "status": ready, "lastTransitionTime": stamp},
+        {"type": "Ready", "status": pod_ready, "lastTransitionTime": stamp},
+        *gates,
     ]
     return {
         "phase": phase,

@@ -71,6 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--http-address", default="0.0.0.0:8080", help="HOST:PORT of /metrics and /healthz"
     )
     parser.add_argument(
+        "--engine-api-key",
+        default=os.environ.get("PAGODA_ENGINE_API_KEY"),
+        help="the engines' --api-key, for loading spec.adapters into them "
+        "($PAGODA_ENGINE_API_KEY; default: none, the engines take no key)",
+    )
+    parser.add_argument(
         "--peering", default="pagoda", help="ClusterKopfPeering shared by the replicas"
     )
     parser.add_argument(
@@ -99,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     import kopf
 
     from pagoda.operator import handlers  # noqa: F401  (registers the handlers)
+    from pagoda.operator.adapters.loop import AdapterSync
     from pagoda.operator.autoscaler.loop import Autoscaler
     from pagoda.operator.kube import Kube
     from pagoda.operator.reconcile import Reconciler
@@ -115,6 +122,9 @@ def run(args: argparse.Namespace) -> int:
     autoscaler = Autoscaler(kube, post_event)
     # the autoscaler's rounds: short (a few reads, a write), never on kopf's own workers
     autoscale_pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="autoscale")
+    adapters = AdapterSync(kube, post_event, reconciler.reconcile, args.engine_api_key or None)
+    # adapter rounds wait on engines' loads (seconds each): a pool of their own
+    adapter_pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="adapters")
     priority = default_priority() if args.priority is None else args.priority
     log.info("pagoda operator %s, peering priority %d", args.identity or "", priority)
     kopf.run(
@@ -128,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
             reconciler=reconciler,
             autoscaler=autoscaler,
             autoscale_pool=autoscale_pool,
+            adapters=adapters,
+            adapter_pool=adapter_pool,
         ),
     )
     return 0

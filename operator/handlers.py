@@ -19,6 +19,7 @@ from typing import Any
 import kopf
 
 from pagoda.operator import endpoints, metrics
+from pagoda.operator.adapters.loop import SYNC_S as ADAPTER_SYNC_S
 from pagoda.operator.api.types import GROUP, PLURAL, VERSION
 from pagoda.operator.autoscaler.loop import SYNC_S
 from pagoda.operator.builders.names import LABEL_ISVC, MANAGED_BY_LABEL
@@ -168,3 +169,29 @@ async def autoscale(
     finally:
         memo.autoscaler.forget(namespace, name)
         metrics.forget_status(namespace, name)
+
+
+@_without_finalizer
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10)
+async def sync_adapters(
+    stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any
+) -> None:
+    """The adapter rounds for one InferenceService (operator/adapters/loop.py), every
+    ADAPTER_SYNC_S, on threads of their own, while this operator is the active peer."""
+    namespace, name, uid = body.metadata.namespace, body.metadata.name, body.metadata.uid
+    loop = asyncio.get_running_loop()
+    try:
+        while not stopped:
+            context = contextvars.copy_context()
+            try:
+                alive = await loop.run_in_executor(
+                    memo.adapter_pool, context.run, memo.adapters.tick, namespace, name, uid
+                )
+            except ApiError as exc:
+                alive = True
+                logger.warning("adapter round failed, next in %.0f s: %s", ADAPTER_SYNC_S, exc)
+            if not alive:
+                return
+            await stopped.wait(ADAPTER_SYNC_S)
+    finally:
+        memo.adapters.forget(namespace, name)

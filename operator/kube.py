@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 FIELD_MANAGER = "pagoda-operator"
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
 DISCOVERY_TTL_S = 60.0
 REQUEST_TIMEOUT_S = 30.0  # a stalled request must not hold an InferenceService's lock forever
 
@@ -149,6 +150,13 @@ class Kube:
     def patch_status(self, kind: Kind, namespace: str, name: str, status: dict[str, Any]) -> None:
         path = kind.path(namespace, name) + "/status"
         self.request("PATCH", path, body={"status": status}, content_type=MERGE)
+
+    def set_pod_condition(self, namespace: str, name: str, condition: dict[str, Any]) -> None:
+        """Set one condition of a pod's status (a readiness gate's): a strategic merge
+        patch merges conditions by type, so the kubelet's own are left as they are."""
+        path = POD.path(namespace, name) + "/status"
+        body = {"status": {"conditions": [condition]}}
+        self.request("PATCH", path, body=body, content_type=STRATEGIC)
 
     def patch_scale(self, kind: Kind, namespace: str, name: str, replicas: int) -> None:
         """Write `spec.replicas` through the scale subresource (as `kubectl scale` does)."""

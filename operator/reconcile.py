@@ -23,7 +23,13 @@ from pagoda.operator.builders.context import BuildOptions, Isvc
 from pagoda.operator.builders.monitor import MONITORING_API_VERSION
 from pagoda.operator.images import DEFAULT_ROUTER_IMAGE
 from pagoda.operator.kube import DEPLOYMENT, INFERENCE_SERVICE, POD, ApiError, Kube, kind_of
-from pagoda.operator.status import Observed, Problem, compute_status, transitions
+from pagoda.operator.status import (
+    Observed,
+    Problem,
+    compute_status,
+    current_adapters,
+    transitions,
+)
 
 log = logging.getLogger(__name__)
 
@@ -107,10 +113,13 @@ class Reconciler:
         deployments = self.kube.list(DEPLOYMENT, isvc.namespace, selector)
         deployments = self._retire_old_revisions(body, isvc, deployments)
         pods = self.kube.list(POD, isvc.namespace, selector)
-        status = compute_status(isvc, Observed(deployments, pods, problem), previous, self.clock())
+        adapters = current_adapters(isvc, (previous.adapters if previous else None) or [])
+        observed = Observed(deployments, pods, problem, adapters)
+        status = compute_status(isvc, observed, previous, self.clock())
         if previous is None or status.dump() != previous.dump():
             written = status.dump()
             written.pop("autoscaling", None)  # the autoscaler's own part: never overwritten
+            written.pop("adapters", None)  # the adapter rounds' own (operator/adapters/)
             self.kube.patch_status(INFERENCE_SERVICE, isvc.namespace, isvc.name, written)
         for type_, reason, message in transitions(previous, status):
             self.post_event(body, type_, reason, message)

@@ -4,8 +4,11 @@ Deployments of its revisions and their pods.
 - Ready: serving at capacity, i.e. at least `replicas` engine pods pass readiness.
 - Progressing: a change is rolling out (new pod template or revision, pods starting).
 - Degraded: something will not fix itself: a pod cannot be scheduled, its image cannot
-  be pulled, it crash-loops, the rollout missed its deadline, or the API server refused
-  a child built from the spec.
+  be pulled, it crash-loops, the rollout missed its deadline, the API server refused
+  a child built from the spec, or an engine refused an adapter (AdapterLoadFailed).
+- AdaptersReady: every adapter of spec.adapters, at its spec version, is loaded on every
+  engine pod whose engine is up, as `status.adapters` (written by operator/adapters/)
+  reports the engines' own lists.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pagoda.operator.api.types import Condition, InferenceServiceStatus
+from pagoda.operator.api.types import AdapterStatus, Condition, InferenceServiceStatus
 from pagoda.operator.builders import names
 from pagoda.operator.builders.context import Isvc
 
@@ -46,6 +49,8 @@ class Observed:
     deployments: list[dict[str, Any]]
     pods: list[dict[str, Any]]
     apply_problem: Problem | None = None  # the API server refused a child
+    # status.adapters as last written, for the spec's adapter versions (current_adapters)
+    adapters: list[AdapterStatus] | None = None
 
 
 def pod_problem(pod: dict[str, Any]) -> Problem | None:
@@ -82,7 +87,49 @@ def find_problem(observed: Observed) -> Problem | None:
     pods = sorted(observed.pods, key=lambda p: p["metadata"]["name"])
     candidates = [deployment_problem(d) for d in observed.deployments]
     candidates += [pod_problem(p) for p in pods if not p["metadata"].get("deletionTimestamp")]
+    candidates.append(adapter_problem(observed.adapters or []))
     return next((p for p in candidates if p is not None), None)
+
+
+def current_adapters(isvc: Isvc, adapters: list[AdapterStatus]) -> list[AdapterStatus]:
+    """status.adapters entries that describe the spec's adapters at their spec version."""
+    wanted = {(a.name, a.version) for a in isvc.spec.adapters}
+    return [a for a in adapters if (a.name, a.version) in wanted]
+
+
+def adapter_problem(adapters: list[AdapterStatus]) -> Problem | None:
+    for adapter in adapters:
+        for pod in adapter.pods:
+            if pod.state == "failed" and pod.version == adapter.version:
+                return Problem(
+                    "AdapterLoadFailed",
+                    f"adapter {adapter.name} {adapter.version} on pod {pod.pod}: {pod.message}"
+                    " (fix spec.adapters: a new uri or version is loaded again)",
+                )
+    return None
+
+
+def adapters_condition(isvc: Isvc, observed: Observed) -> tuple[str, str, str]:
+    wanted = isvc.spec.adapters
+    if not wanted:
+        return "True", "NoAdapters", "spec.adapters is empty"
+    current = {a.name: a for a in current_adapters(isvc, observed.adapters or [])}
+    if (problem := adapter_problem(list(current.values()))) is not None:
+        return "False", problem.reason, problem.message
+    missing = [a.name for a in wanted if a.name not in current]
+    if missing:
+        return "False", "AdaptersLoading", f"not yet reported by the engines: {', '.join(missing)}"
+    pods = max(len(a.pods) for a in current.values())
+    if pods == 0:
+        return "False", "NoEngines", "no engine pod is up to load the adapters"
+    loading = [
+        f"{a.name} {a.version} ({a.loaded}/{len(a.pods)} pods)"
+        for a in current.values()
+        if a.loaded < len(a.pods) or len(a.pods) < pods
+    ]
+    if loading:
+        return "False", "AdaptersLoading", f"loading: {', '.join(loading)}"
+    return "True", "AdaptersLoaded", f"{len(wanted)} adapters loaded on {pods} pods"
 
 
 def _count(deployments: Iterable[dict[str, Any]], field: str) -> int:
@@ -133,6 +180,7 @@ def conditions(isvc: Isvc, observed: Observed) -> list[Condition]:
         "Ready": ready_cond,
         "Progressing": ("True" if progressing else "False", p_reason, p_message),
         "Degraded": degraded,
+        "AdaptersReady": adapters_condition(isvc, observed),
     }
     return [
         Condition(
@@ -166,8 +214,10 @@ def compute_status(
         selector=names.selector_string(names.engine_selector(isvc)),
         current_revision=serving_revision(isvc, observed, previous),
         conditions=stamped,
-        # the autoscaler's part, written by it alone (a merge patch leaves it as is)
+        # the autoscaler's part and the adapter rounds', written by them alone (a merge
+        # patch leaves them as they are)
         autoscaling=previous.autoscaling if previous else None,
+        adapters=previous.adapters if previous else None,
     )
 
 

@@ -23,6 +23,10 @@ GPU_RESOURCE = "nvidia.com/gpu"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # pvc://CLAIM[/PATH] or hostpath:///ABSOLUTE/PATH (a folder on the node)
 MODEL_URI = r"^(pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?(/[^/].*)?|hostpath:///.+)$"
+# hostpath:///PARENT/FOLDER: the engine pods mount PARENT at the same path, so adapters
+# kept side by side share one volume (ADAPTER_SYSTEM_DIRS are refused: mounted over)
+ADAPTER_URI = r"^(pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?(/[^/].*)?|hostpath:///[^/]+(/[^/]+)+/?)$"
+ADAPTER_SYSTEM_DIRS = "bin|boot|dev|etc|lib|lib32|lib64|proc|run|sbin|sys|usr"
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
 
 # Native Kubernetes blocks are passed through to pods as they are, never re-declared.
@@ -67,6 +71,36 @@ class ModelSource(ApiModel):
 
     served_name: str | None = Field(default=None, min_length=1, max_length=128)
     """The name clients put in `model` (default: the InferenceService's name)."""
+
+
+class Adapter(ApiModel):
+    """A LoRA adapter (PEFT format) every engine pod serves beside the base model;
+    clients pick it with `model: NAME` (or vLLM's `lora_name`)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            (
+                f"!self.uri.matches('^hostpath:///({ADAPTER_SYSTEM_DIRS})/')",
+                "a hostpath:/// adapter may not live under a system folder "
+                f"(/{ADAPTER_SYSTEM_DIRS.replace('|', ', /')}): its parent folder is "
+                "mounted over the engine's own",
+            )
+        )
+    )
+
+    name: str = Field(pattern=DNS_LABEL, max_length=63)
+    """What clients put in `model`; unique, and not the model's served name."""
+
+    uri: str = Field(pattern=ADAPTER_URI, max_length=1024)
+    """Where the adapter folder lives: `pvc://CLAIM/PATH` (the claim is mounted read-only
+    at /adapters/CLAIM) or `hostpath:///PARENT/FOLDER` (the node's PARENT folder is
+    mounted at the same path). Pods mount each claim or parent folder once: adapters
+    added or changed on one the pods already mount are loaded into the running engines;
+    one on another claim or folder rolls the pods to mount it."""
+
+    version: str = Field(default="v1", pattern=DNS_LABEL, max_length=63)
+    """The adapter's version. Changing it (or `uri`) reloads the adapter on every pod,
+    one pod at a time; requests in flight finish on the old weights."""
 
 
 class EngineSpec(ApiModel):
@@ -330,6 +364,15 @@ class InferenceServiceSpec(ApiModel):
     )
 
     model: ModelSource
+    adapters: list[Adapter] = Field(
+        default_factory=list,
+        max_length=64,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    """LoRA adapters loaded into every engine pod (at most 64): added, removed and changed
+    while the pods serve. A pod is Ready only once each adapter is loaded (or has failed
+    to load, as status.adapters says)."""
+
     engine: EngineSpec = Field(default_factory=EngineSpec)
     replicas: int = Field(default=1, ge=0)
     """Engine pods to run (the scale subresource's spec path)."""
@@ -353,14 +396,14 @@ class InferenceServiceSpec(ApiModel):
 
 # -- status -------------------------------------------------------------------------------
 
-ConditionType = Literal["Ready", "Progressing", "Degraded"]
+ConditionType = Literal["Ready", "Progressing", "Degraded", "AdaptersReady"]
 
 
 class Condition(ApiModel):
     """A metav1.Condition."""
 
     type: str
-    """Ready, Progressing or Degraded."""
+    """Ready, Progressing, Degraded or AdaptersReady."""
 
     status: Literal["True", "False", "Unknown"]
     """Whether the condition holds."""
@@ -430,6 +473,46 @@ class AutoscalingStatus(ApiModel):
     """Its last five changes of `spec.replicas`, newest last."""
 
 
+AdapterState = Literal["loading", "loaded", "failed"]
+
+
+class AdapterOnPod(ApiModel):
+    """One adapter on one engine pod, as that pod's engine reports it."""
+
+    pod: str
+    """The engine pod."""
+
+    state: AdapterState
+    """`loading` (asked for, not yet reported loaded), `loaded` (the engine serves it) or
+    `failed` (the engine refused it: see `message`; it is not retried until the adapter's
+    `uri` or `version` changes or the pod restarts)."""
+
+    version: str
+    """The adapter version this state is for."""
+
+    message: str = ""
+    """The engine's own words when it failed, or where its load stands."""
+
+    since: str
+    """When the pod entered this state (RFC 3339)."""
+
+
+class AdapterStatus(ApiModel):
+    """One adapter of spec.adapters across the engine pods."""
+
+    name: str
+    """The adapter's name (as in spec.adapters)."""
+
+    version: str
+    """The version the spec asks for."""
+
+    loaded: int = 0
+    """Engine pods that serve this version."""
+
+    pods: list[AdapterOnPod] = Field(default_factory=list)
+    """Its state on each running engine pod."""
+
+
 class InferenceServiceStatus(ApiModel):
     """What the operator observed; written only by the operator (status subresource)."""
 
@@ -460,6 +543,10 @@ class InferenceServiceStatus(ApiModel):
     autoscaling: AutoscalingStatus | None = None
     """The built-in autoscaler's view: signals, targets, mode and recent decisions."""
 
+    adapters: list[AdapterStatus] | None = None
+    """Each adapter of spec.adapters and its state on every engine pod, as the engines
+    report it (absent without adapters)."""
+
 
 # Rules on the whole object (the root schema may read metadata.name).
 ROOT_RULES = {
@@ -470,7 +557,14 @@ ROOT_RULES = {
             "message": "must be a DNS-1035 label of at most 42 characters: it names the "
             "Service, and with the revision the Deployment",
             "fieldPath": ".metadata.name",
-        }
+        },
+        {
+            "rule": "!has(self.spec.adapters) || self.spec.adapters.all(a, a.name != "
+            "(has(self.spec.model.servedName) ? self.spec.model.servedName : self.metadata.name))",
+            "message": "an adapter may not take the model's served name (model.servedName, "
+            "else the InferenceService's name): clients could not tell them apart",
+            "fieldPath": ".spec.adapters",
+        },
     ]
 }
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from pagoda.operator.api.types import GPU_RESOURCE
 from pagoda.operator.builders import names
+from pagoda.operator.builders.adapters import ENGINE_FLAGS, READINESS_GATE, adapter_volumes
 from pagoda.operator.builders.context import BuildOptions, Isvc
 from pagoda.operator.builders.model import MODEL_MOUNT, model_location
 
@@ -36,6 +37,8 @@ def engine_args(isvc: Isvc) -> list[str]:
     ]
     if engine.max_model_len is not None:
         args.append(f"--max-model-len={engine.max_model_len}")
+    if isvc.spec.adapters:  # loaded at run time by the operator (operator/adapters/)
+        args += ENGINE_FLAGS
     return args + list(engine.args)
 
 
@@ -90,6 +93,7 @@ def engine_container(isvc: Isvc, options: BuildOptions) -> dict[str, Any]:
             {"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True},
             {"name": "dshm", "mountPath": "/dev/shm"},
             {"name": "scratch", "mountPath": SCRATCH_MOUNT},
+            *adapter_volumes(isvc)[1],
         ],
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -105,6 +109,7 @@ def volumes(isvc: Isvc) -> list[dict[str, Any]]:
         {"name": "model", **model_location(isvc.spec.model.uri).volume_source},
         {"name": "dshm", "emptyDir": shm},
         {"name": "scratch", "emptyDir": {}},
+        *adapter_volumes(isvc)[0],
     ]
 
 
@@ -121,6 +126,8 @@ def pod_spec(isvc: Isvc, options: BuildOptions) -> dict[str, Any]:
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "tolerations": [GPU_TOLERATION, *template.tolerations],
     }
+    if isvc.spec.adapters:
+        spec["readinessGates"] = [{"conditionType": READINESS_GATE}]
     optional = {
         "nodeSelector": template.node_selector,
         "affinity": template.affinity,

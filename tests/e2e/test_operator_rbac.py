@@ -20,6 +20,12 @@ REFUSED = [
             ns, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
         ),
     ),
+    (  # only pods/status (a readiness gate): never a pod's spec or metadata
+        "patch pods",
+        lambda api, ns: client.CoreV1Api(api).patch_namespaced_pod(
+            "any", ns, {"metadata": {"labels": {"x": "y"}}}
+        ),
+    ),
     (
         "delete InferenceServices",
         lambda api, ns: client.CustomObjectsApi(api).delete_namespaced_custom_object(

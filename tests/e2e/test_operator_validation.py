@@ -72,6 +72,50 @@ INVALID = [
         "should be less than or equal to 1",
     ),
     (
+        "adapter named twice",
+        {
+            "model": TINY,
+            "adapters": [
+                {"name": "sql", "uri": "pvc://adapters/sql"},
+                {"name": "sql", "uri": "pvc://adapters/sql-2"},
+            ],
+        },
+        'spec.adapters[1]: Duplicate value: map[string]interface {}{"name":"sql"}',
+    ),
+    (
+        "adapter name that is no DNS label",
+        {"model": TINY, "adapters": [{"name": "SQL_v2", "uri": "pvc://adapters/sql"}]},
+        "spec.adapters[0].name in body should match",
+    ),
+    (
+        "adapter from an unknown scheme",
+        {"model": TINY, "adapters": [{"name": "sql", "uri": "s3://bucket/sql"}]},
+        "spec.adapters[0].uri in body should match",
+    ),
+    (
+        "hostpath adapter directly under /",
+        {"model": TINY, "adapters": [{"name": "sql", "uri": "hostpath:///sql"}]},
+        "spec.adapters[0].uri in body should match",
+    ),
+    (
+        "hostpath adapter in a system folder",
+        {"model": TINY, "adapters": [{"name": "sql", "uri": "hostpath:///usr/lib/sql"}]},
+        "may not live under a system folder",
+    ),
+    (
+        "adapter with the model's name",
+        {"model": TINY, "adapters": [{"name": "bad", "uri": "pvc://adapters/x"}]},
+        "an adapter may not take the model's served name",
+    ),
+    (
+        "more than 64 adapters",
+        {
+            "model": TINY,
+            "adapters": [{"name": f"a{i}", "uri": f"pvc://adapters/a{i}"} for i in range(65)],
+        },
+        "spec.adapters: Too many: 65: must have at most 64 items",
+    ),
+    (
         "unsupported autoscaling mode",
         {"model": TINY, "autoscaling": {"mode": "magic"}},
         'supported values: "builtin", "external"',

@@ -40,6 +40,7 @@ def test_all_ready(make_isvc):
         "Ready": ("True", "AllReplicasReady"),
         "Progressing": ("False", "RolloutComplete"),
         "Degraded": ("False", "AsExpected"),
+        "AdaptersReady": ("True", "NoAdapters"),
     }
     assert (status.replicas, status.ready_replicas, status.observed_generation) == (2, 2, 1)
     # the engine pods only (the scale subresource's selector: what an HPA counts)
@@ -146,10 +147,10 @@ def test_transition_time_moves_only_when_status_flips(make_isvc):
     isvc = make_isvc(replicas=2)
     first = compute_status(isvc, Observed([deployment(ready=1)], []), None, NOW)
     same = compute_status(isvc, Observed([deployment(ready=1)], []), first, LATER)
-    assert [c.last_transition_time for c in same.conditions] == [NOW] * 3
+    assert [c.last_transition_time for c in same.conditions] == [NOW] * 4
     flipped = compute_status(isvc, Observed([deployment()], []), same, LATER)
     times = {c.type: c.last_transition_time for c in flipped.conditions}
-    assert times == {"Ready": LATER, "Progressing": LATER, "Degraded": NOW}
+    assert times == {"Ready": LATER, "Progressing": LATER, "Degraded": NOW, "AdaptersReady": NOW}
 
 
 def test_events_only_for_changes(make_isvc):
@@ -164,3 +165,58 @@ def test_events_only_for_changes(make_isvc):
     )
     reasons = {r for _, r, _ in transitions(again, healed)}
     assert {"Recovered", "AllReplicasReady", "RolloutComplete"} <= reasons
+
+
+# -- adapters --------------------------------------------------------------------------
+
+ADAPTERS = [{"name": "sql", "uri": "pvc://adapters/sql", "version": "v2"}]
+
+
+def adapter_status(*pods, version="v2"):
+    from pagoda.operator.api.types import AdapterOnPod, AdapterStatus
+
+    on_pods = [
+        AdapterOnPod(pod=name, state=state, version=version, message=message, since=NOW)
+        for name, state, message in pods
+    ]
+    loaded = sum(p.state == "loaded" for p in on_pods)
+    return [AdapterStatus(name="sql", version=version, loaded=loaded, pods=on_pods)]
+
+
+def test_adapters_ready_once_every_pod_reports_them_loaded(make_isvc):
+    isvc = make_isvc(replicas=2, adapters=ADAPTERS)
+    ok = [deployment()]
+    absent = compute_status(isvc, Observed(ok, [], adapters=None), None, NOW)
+    assert conds(absent)["AdaptersReady"] == ("False", "AdaptersLoading")
+    half = adapter_status(("a", "loaded", "gpu"), ("b", "loading", "loading"))
+    loading = compute_status(isvc, Observed(ok, [], adapters=half), None, NOW)
+    assert conds(loading)["AdaptersReady"] == ("False", "AdaptersLoading")
+    assert "sql v2 (1/2 pods)" in loading.conditions[-1].message
+    both = adapter_status(("a", "loaded", "gpu"), ("b", "loaded", "disk"))
+    ready = compute_status(isvc, Observed(ok, [], adapters=both), None, NOW)
+    assert conds(ready)["AdaptersReady"] == ("True", "AdaptersLoaded")
+    assert conds(ready)["Degraded"] == ("False", "AsExpected")
+
+
+def test_a_failed_adapter_degrades_with_the_engines_message(make_isvc):
+    isvc = make_isvc(replicas=2, adapters=ADAPTERS)
+    failed = adapter_status(("a", "loaded", "gpu"), ("b", "failed", "rank 64 above 16"))
+    status = compute_status(isvc, Observed([deployment()], [], adapters=failed), None, NOW)
+    assert conds(status)["AdaptersReady"] == ("False", "AdapterLoadFailed")
+    assert conds(status)["Degraded"] == ("True", "AdapterLoadFailed")
+    degraded = next(c for c in status.conditions if c.type == "Degraded")
+    assert "adapter sql v2 on pod b: rank 64 above 16" in degraded.message
+    assert ("Warning", "AdapterLoadFailed") in [(t, r) for t, r, _ in transitions(None, status)]
+
+
+def test_a_status_of_an_older_adapter_version_does_not_count(make_isvc):
+    from pagoda.operator.status import current_adapters
+
+    isvc = make_isvc(replicas=1, adapters=ADAPTERS)
+    stale = adapter_status(("a", "failed", "bad v1"), version="v1")
+    assert current_adapters(isvc, stale) == []
+    status = compute_status(
+        isvc, Observed([deployment(replicas=1, ready=1, updated=1)], [], adapters=[]), None, NOW
+    )
+    assert conds(status)["Degraded"] == ("False", "AsExpected")
+    assert conds(status)["AdaptersReady"] == ("False", "AdaptersLoading")
