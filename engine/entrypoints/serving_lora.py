@@ -50,14 +50,12 @@ async def load_adapter(body: LoadLoRAAdapterRequest, state: ServerState) -> Plai
 
 
 def _replace(engine, replacing: bool, request: LoRARequest) -> None:
-    """Check the new adapter first: a bad one leaves the old one serving."""
+    """Load, or swap in one step: a bad new adapter leaves the old one serving, and no
+    request between the two versions is refused."""
     if replacing:
-        from pagoda.engine.loader.lora_adapter import inspect_adapter
-
-        config = engine.config
-        inspect_adapter(request.lora_path, config.model_config, config.max_lora_rank)
-        engine.remove_lora(request.lora_name)
-    engine.add_lora(request)
+        engine.replace_lora(request)
+    else:
+        engine.add_lora(request)
 
 
 async def unload_adapter(body: UnloadLoRAAdapterRequest, state: ServerState) -> PlainTextResponse:

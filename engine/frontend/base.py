@@ -47,6 +47,17 @@ class Frontend:
             self._core_add_lora(adapter.spec)
         return adapter
 
+    def replace_lora(self, lora_request: LoRARequest) -> Adapter:
+        """Serve `lora_request` under its name in place of the adapter of that name:
+        requests already running finish on the old weights, every later one gets the new
+        ones, and none in between is refused. A bad new adapter raises (ValueError or
+        FileNotFoundError) and leaves the old one serving."""
+        adapter, old = self.loras.replace(lora_request)
+        self._core_add_lora(adapter.spec)
+        if old is not None:
+            self._core_remove_lora(old.request.lora_int_id)
+        return adapter
+
     def remove_lora(self, name: str) -> Adapter:
         """Unload an adapter: requests already running on it finish, new ones are refused.
         KeyError if no adapter has that name."""

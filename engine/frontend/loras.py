@@ -58,6 +58,27 @@ class FrontendLoRAs:
         self._last_id = max(self._last_id, request.lora_int_id)
         return adapter, True
 
+    def replace(self, request: LoRARequest) -> tuple[Adapter, Adapter | None]:
+        """(the new adapter, the one it replaces, if any): the name moves to the new
+        adapter in one assignment, so a request looking it up meanwhile finds the old or
+        the new one, never neither. ValueError or FileNotFoundError if it cannot be used
+        (the old one stays)."""
+        if not self.config.enable_lora:
+            raise ValueError("LoRA is not enabled: start the engine with enable_lora=True")
+        _check_request(request)
+        if request.lora_int_id in self.by_id:
+            raise ValueError(f"LoRA adapter id {request.lora_int_id} is taken: pick another")
+        config = self.config
+        info = inspect_adapter(request.lora_path, config.model_config, config.max_lora_rank)
+        adapter = Adapter(request, info, time.time())
+        old = self.by_name.get(request.lora_name)
+        self.by_id[request.lora_int_id] = adapter
+        self.by_name[request.lora_name] = adapter
+        if old is not None:
+            del self.by_id[old.request.lora_int_id]
+        self._last_id = max(self._last_id, request.lora_int_id)
+        return adapter, old
+
     def remove(self, name: str) -> Adapter:
         """Forget an adapter by name; KeyError if there is none."""
         adapter = self.by_name.pop(name)

@@ -151,6 +151,62 @@ def test_runtime_load_unload_and_reload_from_another_path(client, server, adapte
     assert _post(server, "unload_lora_adapter", {"lora_name": "live"}).status_code == 404
 
 
+def test_replacing_in_place_refuses_no_request_in_between(server, adapters, offline):
+    """Requests for the adapter keep coming while it is swapped back and forth: each one
+    is served by the old or the new weights, none is refused; a bad replacement leaves
+    the adapter serving."""
+    prompt = PROMPTS[2]
+    assert (
+        _post(
+            server, "load_lora_adapter", {"lora_name": "swap", "lora_path": str(adapters[0])}
+        ).status_code
+        == 200
+    )
+    texts = {offline[("sql", prompt)], offline[("other", prompt)]}
+
+    async def run() -> list[str]:
+        client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0)
+        stop = asyncio.Event()
+
+        async def ask() -> list[str]:
+            seen = []
+            while not stop.is_set():
+                done = await client.completions.create(model="swap", prompt=prompt, **GREEDY)
+                seen.append(done.choices[0].text)
+            return seen
+
+        askers = [asyncio.create_task(ask()) for _ in range(6)]
+        async with httpx.AsyncClient(timeout=60) as http:
+            for turn in range(6):
+                body = {
+                    "lora_name": "swap",
+                    "lora_path": str(adapters[1 - turn % 2]),
+                    "load_inplace": True,
+                }
+                replaced = await http.post(
+                    f"{server.url}/v1/load_lora_adapter", json=body,
+                    headers={"Authorization": f"Bearer {API_KEY}"},
+                )  # fmt: skip
+                assert replaced.status_code == 200, replaced.text
+                await asyncio.sleep(0.3)
+            missing = {"lora_name": "swap", "lora_path": "/nonexistent", "load_inplace": True}
+            refused = await http.post(
+                f"{server.url}/v1/load_lora_adapter", json=missing,
+                headers={"Authorization": f"Bearer {API_KEY}"},
+            )  # fmt: skip
+            assert refused.status_code == 400
+        stop.set()
+        seen = [text for asker in askers for text in await asker]
+        await client.close()
+        return seen
+
+    seen = asyncio.run(run())
+    assert len(seen) >= 12 and set(seen) <= texts, set(seen) - texts
+    after = _post(server, "completions", {"model": "swap", "prompt": prompt, "max_tokens": 2})
+    assert after.status_code == 200  # the refused replacement left the adapter serving
+    assert _post(server, "unload_lora_adapter", {"lora_name": "swap"}).status_code == 200
+
+
 def _break(folder):
     (folder / "adapter_model.safetensors").write_bytes(b"not a safetensors file")
 
