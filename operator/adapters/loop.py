@@ -217,6 +217,9 @@ class AdapterSync:
         """Open (or, while the engine restarts, close) the pod's readiness gate; once
         open it stays open while the engine runs: adapters added later are routed to
         the pod only once its engine reports them (the routers read its list)."""
+        gates = (pod.get("spec") or {}).get("readinessGates") or []
+        if not any(g.get("conditionType") == READINESS_GATE for g in gates):
+            return  # a pod of a template from before spec.adapters: nothing to open
         current = _gate_status(pod)
         if current == ("True" if ready else "False") or (not ready and current is None):
             return

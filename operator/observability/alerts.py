@@ -178,6 +178,18 @@ OPERATOR = [
         "kubectl describe pisvc shows the Deployment's message.",
     ),
     Alert(
+        "PagodaSpecAdapterFailed",
+        "max by (namespace, inferenceservice) "
+        '(pagoda_operator_condition{type="Degraded", reason="AdapterLoadFailed"}) == 1',
+        "1m",
+        "warning",
+        "{{ $labels.namespace }}/{{ $labels.inferenceservice }}: an adapter of spec.adapters "
+        "failed to load",
+        "An engine refused an adapter the spec asks for (its folder, rank or base model); "
+        "its requests get 404 from the pods that failed it, and a version roll stops "
+        "there. kubectl describe pisvc shows the engine's message.",
+    ),
+    Alert(
         "PagodaOperatorDown",
         'absent(pagoda_operator_up == 1) or up{container="operator"} == 0',
         "5m",

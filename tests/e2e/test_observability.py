@@ -43,6 +43,9 @@ ONLY_AFTER = {
     'pagoda_operator_condition{type="Degraded", reason="ProgressDeadlineExceeded"}': (
         "a rollout stuck past its progress deadline"
     ),
+    'pagoda_operator_condition{type="Degraded", reason="AdapterLoadFailed"}': (
+        "an adapter of spec.adapters an engine refused"
+    ),
 }
 
 

@@ -112,6 +112,15 @@ CASES = {
         NS | {"inferenceservice": "s"},
         "22m",
     ),
+    "PagodaSpecAdapterFailed": (
+        {
+            'pagoda_operator_condition{namespace="ns", inferenceservice="s", type="Degraded", reason="AsExpected"}': "0x5 _x10 0x10",
+            'pagoda_operator_condition{namespace="ns", inferenceservice="s", type="Degraded", reason="AdapterLoadFailed"}': "_x5 1x10 _x10",
+        },
+        "8m",
+        NS | {"inferenceservice": "s"},
+        "22m",
+    ),
     "PagodaOperatorDown": (
         {'pagoda_operator_up{namespace="pagoda-system", pod="o1"}': "_x8 1x5"},
         "7m",
