@@ -23,9 +23,11 @@ from pagoda.operator.builders.context import BuildOptions, Isvc
 from pagoda.operator.builders.monitor import MONITORING_API_VERSION
 from pagoda.operator.images import DEFAULT_ROUTER_IMAGE
 from pagoda.operator.kube import DEPLOYMENT, INFERENCE_SERVICE, POD, ApiError, Kube, kind_of
+from pagoda.operator.rollout.plan import RevisionPlan, revision_plan
 from pagoda.operator.status import (
     Observed,
     Problem,
+    canary_of,
     compute_status,
     current_adapters,
     transitions,
@@ -107,28 +109,41 @@ class Reconciler:
         spec_changed = previous is None or previous.observed_generation != isvc.generation
         monitoring = self.kube.serves(MONITORING_API_VERSION, "servicemonitors")
         options = BuildOptions(self.engine_image, monitoring, self.router_image)
-        problem = self._apply_children(body, isvc, options, spec_changed)
+        rollout = previous.rollout if previous else None
+        plan = revision_plan(isvc, rollout, previous.current_revision if previous else None)
+        problem = self._apply_children(body, isvc, options, spec_changed, plan)
         # the engines' Deployments and pods (the router's are no revision of the model)
         selector = names.selector_string(names.engine_selector(isvc) | names.MANAGED_BY_LABEL)
         deployments = self.kube.list(DEPLOYMENT, isvc.namespace, selector)
-        deployments = self._retire_old_revisions(body, isvc, deployments)
+        deployments = self._retire_old_revisions(body, isvc, deployments, plan)
         pods = self.kube.list(POD, isvc.namespace, selector)
         adapters = current_adapters(isvc, (previous.adapters if previous else None) or [])
-        observed = Observed(deployments, pods, problem, adapters)
+        observed = Observed(deployments, pods, problem, adapters, canary_of(isvc, rollout))
         status = compute_status(isvc, observed, previous, self.clock())
         if previous is None or status.dump() != previous.dump():
             written = status.dump()
             written.pop("autoscaling", None)  # the autoscaler's own part: never overwritten
             written.pop("adapters", None)  # the adapter rounds' own (operator/adapters/)
+            written.pop("rollout", None)  # the rollout rounds' own (operator/rollout/)
             self.kube.patch_status(INFERENCE_SERVICE, isvc.namespace, isvc.name, written)
         for type_, reason, message in transitions(previous, status):
             self.post_event(body, type_, reason, message)
         _export_status(isvc, status, deployments)
 
     def _apply_children(
-        self, body: Mapping[str, Any], isvc: Isvc, options: BuildOptions, spec_changed: bool
+        self,
+        body: Mapping[str, Any],
+        isvc: Isvc,
+        options: BuildOptions,
+        spec_changed: bool,
+        plan: RevisionPlan,
     ) -> Problem | None:
+        current = names.deployment_name(isvc)
         for manifest in builders.children(isvc, options):
+            if manifest["kind"] == "Deployment" and manifest["metadata"]["name"] == current:
+                if plan.current_replicas is None:
+                    continue  # a rolled-back canary: its Deployment goes (below)
+                manifest["spec"]["replicas"] = plan.current_replicas
             self.adopt(manifest, body)
             kind, name = kind_of(manifest), manifest["metadata"]["name"]
             existing = self.kube.get(kind, isvc.namespace, name)
@@ -156,27 +171,46 @@ class Reconciler:
             "Updated": " to the new spec",
             "Restored": " (it was deleted or edited by hand)",
             "Retired": ": a newer revision serves all replicas",
+            "RolledBack": ": its canary rolled back, the stable revision serves",
+            "Superseded": ": a newer revision replaced its canary",
         }[action]
         message = f"{action} {kind} {name}{why}"
         log.info("%s/%s: %s", body["metadata"]["namespace"], body["metadata"]["name"], message)
         self.post_event(body, "Normal", f"{kind}{action}", message)
 
     def _retire_old_revisions(
-        self, body: Mapping[str, Any], isvc: Isvc, deployments: list[dict[str, Any]]
+        self,
+        body: Mapping[str, Any],
+        isvc: Isvc,
+        deployments: list[dict[str, Any]],
+        plan: RevisionPlan,
     ) -> list[dict[str, Any]]:
         """Delete earlier revisions' Deployments once the current one has every replica
-        ready; the Service selects all revisions, so traffic never drops."""
+        ready; the Service selects all revisions, so traffic never drops. A canary keeps
+        the stable revision (`plan.keep`) and retires any other at once (a canary the
+        spec moved past); a rolled-back canary's own Deployment goes."""
         current_name = names.deployment_name(isvc)
         current = next((d for d in deployments if d["metadata"]["name"] == current_name), None)
         old = [d for d in deployments if d is not current]
-        ready = int(((current or {}).get("status") or {}).get("readyReplicas") or 0)
-        if not old or current is None or ready < isvc.spec.replicas:
-            return deployments
-        for deployment in old:
+        doomed: list[tuple[dict[str, Any], str]] = []
+        if plan.keep is not None:
+            doomed = [(d, "Superseded") for d in old if _revision_of(d) != plan.keep]
+            if plan.current_replicas is None and current is not None:
+                doomed.append((current, "RolledBack"))
+        else:
+            ready = int(((current or {}).get("status") or {}).get("readyReplicas") or 0)
+            if current is not None and ready >= isvc.spec.replicas:
+                doomed = [(d, "Retired") for d in old]
+        for deployment, action in doomed:
             name = deployment["metadata"]["name"]
             self.kube.delete(DEPLOYMENT, isvc.namespace, name)
-            self._record(body, "Deployment", name, "Retired")
-        return [current]
+            self._record(body, "Deployment", name, action)
+        gone = [d for d, _ in doomed]
+        return [d for d in deployments if d not in gone]
+
+
+def _revision_of(deployment: Mapping[str, Any]) -> str | None:
+    return (deployment["metadata"].get("labels") or {}).get(names.LABEL_REVISION)
 
 
 def _export_status(

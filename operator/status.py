@@ -17,7 +17,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pagoda.operator.api.types import AdapterStatus, Condition, InferenceServiceStatus
+from pagoda.operator.api.types import (
+    AdapterStatus,
+    Condition,
+    InferenceServiceStatus,
+    RolloutStatus,
+)
 from pagoda.operator.builders import names
 from pagoda.operator.builders.context import Isvc
 
@@ -51,6 +56,7 @@ class Observed:
     apply_problem: Problem | None = None  # the API server refused a child
     # status.adapters as last written, for the spec's adapter versions (current_adapters)
     adapters: list[AdapterStatus] | None = None
+    rollout: RolloutStatus | None = None  # status.rollout as the rollout rounds wrote it
 
 
 def pod_problem(pod: dict[str, Any]) -> Problem | None:
@@ -84,6 +90,8 @@ def find_problem(observed: Observed) -> Problem | None:
     """The first problem, the spec's own first, then pods' (by name, so it is stable)."""
     if observed.apply_problem is not None:
         return observed.apply_problem
+    if (rollout := observed.rollout) is not None and rollout.phase == "RolledBack":
+        return Problem("RolledBack", rollout.message)
     pods = sorted(observed.pods, key=lambda p: p["metadata"]["name"])
     candidates = [deployment_problem(d) for d in observed.deployments]
     candidates += [pod_problem(p) for p in pods if not p["metadata"].get("deletionTimestamp")]
@@ -141,8 +149,17 @@ def _current(isvc: Isvc, deployments: list[dict[str, Any]]) -> dict[str, Any] | 
     return next((d for d in deployments if d["metadata"]["name"] == name), None)
 
 
+def canary_of(isvc: Isvc, rollout: RolloutStatus | None) -> RolloutStatus | None:
+    """The canary status that is about the spec's revision, if any."""
+    return rollout if rollout is not None and rollout.revision == isvc.revision else None
+
+
 def rollout_state(isvc: Isvc, observed: Observed) -> tuple[bool, str, str]:
     """(progressing, reason, message) of the current revision's rollout."""
+    if (canary := observed.rollout) is not None and canary.phase == "Progressing":
+        return True, "Canary", canary.message
+    if canary is not None and canary.phase == "RolledBack":
+        return False, "RolledBack", canary.message
     desired = isvc.spec.replicas
     current = _current(isvc, observed.deployments)
     if current is None:
@@ -214,10 +231,11 @@ def compute_status(
         selector=names.selector_string(names.engine_selector(isvc)),
         current_revision=serving_revision(isvc, observed, previous),
         conditions=stamped,
-        # the autoscaler's part and the adapter rounds', written by them alone (a merge
-        # patch leaves them as they are)
+        # the autoscaler's, the adapter rounds' and the rollout rounds' parts, written by
+        # them alone (a merge patch leaves them as they are)
         autoscaling=previous.autoscaling if previous else None,
         adapters=previous.adapters if previous else None,
+        rollout=previous.rollout if previous else None,
     )
 
 
@@ -226,6 +244,8 @@ def serving_revision(
 ) -> str:
     """The revision that serves: the spec's once its Deployment has all replicas ready,
     until then the one served before (while its Deployment still exists)."""
+    if (canary := observed.rollout) is not None and canary.phase in ("Progressing", "RolledBack"):
+        return canary.stable_revision
     current = _current(isvc, observed.deployments)
     ready = int(((current or {}).get("status") or {}).get("readyReplicas") or 0)
     earlier = previous.current_revision if previous else None

@@ -32,6 +32,8 @@ def printer_columns() -> list[dict[str, Any]]:
         column("Ready", ".status.readyReplicas", "integer"),
         column("Desired", ".spec.replicas", "integer"),
         column("Status", '.status.conditions[?(@.type=="Ready")].reason'),
+        column("Rollout", ".status.rollout.phase"),
+        column("Step", ".status.rollout.step", "integer", priority=1),
         column("TP", ".spec.engine.tensorParallelSize", "integer", priority=1),
         column("Age", ".metadata.creationTimestamp", "date"),
     ]

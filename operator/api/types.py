@@ -197,6 +197,35 @@ class Autoscaling(ApiModel):
     removed."""
 
 
+class CanaryStep(ApiModel):
+    """One step of a canary: the new revision's share of traffic, held for a pause."""
+
+    weight: int = Field(ge=1, le=100)
+    """Percent of requests the routers send to the new revision in this step."""
+
+    pause_seconds: int = Field(default=60, ge=0, le=86400)
+    """How long the step runs, counted once the new revision's pods for it are ready;
+    then the analysis decides: the next step, or a rollback."""
+
+
+class CanaryAnalysis(ApiModel):
+    """What a canary step must show to pass, from the routers' counts of the step's
+    requests to each revision (retries included, so errors the routers hid by sending a
+    request on to the stable revision still count)."""
+
+    max_error_rate: float = Field(default=0.05, ge=0, le=1)
+    """Most engine errors (5xx, resets, failed streams) per request the new revision may
+    have in a step."""
+
+    max_ttft_p90_ratio: float = Field(default=2.0, ge=1, le=100, alias="maxTTFTP90Ratio")
+    """Most the new revision's p90 time to first byte may be, as a multiple of the stable
+    revision's in the same step."""
+
+    min_requests: int = Field(default=20, ge=1, le=1_000_000)
+    """Requests the new revision must have had in a step for its error rate and latency
+    to be judged; with fewer the step passes, and its analysis says so."""
+
+
 class Rollout(ApiModel):
     """How a changed spec replaces running pods."""
 
@@ -205,19 +234,47 @@ class Rollout(ApiModel):
             (
                 "self.maxSurge > 0 || self.maxUnavailable > 0",
                 "maxSurge and maxUnavailable cannot both be 0: the rollout could never start",
-            )
+            ),
+            (
+                "self.strategy != 'Canary' || (has(self.steps) && size(self.steps) > 0)",
+                "strategy Canary needs steps, e.g. [{weight: 10}, {weight: 50}, {weight: 100}]",
+            ),
+            (
+                "!has(self.steps) || self.steps.all(s, self.steps.exists_one(t, "
+                "t.weight == s.weight))",
+                "steps must not repeat a weight",
+            ),
+            (
+                "!has(self.steps) || size(self.steps) == 0 || "
+                "self.steps.all(s, s.weight <= self.steps[size(self.steps) - 1].weight)",
+                "steps must end on their largest weight",
+            ),
         )
     )
 
-    strategy: Literal["RollingUpdate"] = "RollingUpdate"
-    """`RollingUpdate`, the only strategy: new pods start before old ones stop, within
-    maxSurge and maxUnavailable."""
+    strategy: Literal["RollingUpdate", "Canary"] = "RollingUpdate"
+    """`RollingUpdate`: new pods start before old ones stop, within maxSurge and
+    maxUnavailable. `Canary`: a new `model.revision` gets its own pods beside the stable
+    revision's and a growing share of traffic through `steps`, each judged by
+    `analysis`; a failed step or a missed `progressDeadlineSeconds` rolls back to the
+    stable revision. Other spec changes roll the pods of the revision in place."""
 
     max_surge: int = Field(default=1, ge=0)
     """Extra pods (and so extra GPUs) a rollout may start above `replicas`."""
 
     max_unavailable: int = Field(default=0, ge=0)
     """Pods a rollout may take down before their replacements are ready."""
+
+    steps: list[CanaryStep] = Field(default_factory=list, max_length=20)
+    """Canary steps, in order; after the last one passes, the new revision takes every
+    replica and all traffic, and the stable revision's pods are retired."""
+
+    analysis: CanaryAnalysis = Field(default_factory=CanaryAnalysis)
+    """What each canary step must show to pass."""
+
+    progress_deadline_seconds: int = Field(default=600, ge=30, le=86400)
+    """Canary: how long the new revision's pods of a step may take to be ready before the
+    canary rolls back."""
 
 
 class Resources(ApiModel):
@@ -473,6 +530,92 @@ class AutoscalingStatus(ApiModel):
     """Its last five changes of `spec.replicas`, newest last."""
 
 
+class CanaryAnalysisResult(ApiModel):
+    """The analysis at the end of one canary step."""
+
+    step: int
+    """The step (0-based index into spec.rollout.steps)."""
+
+    passed: bool
+    """Whether the step passed."""
+
+    requests: int
+    """Requests the new revision had in the step (attempts, retries included)."""
+
+    errors: int
+    """Engine errors among them."""
+
+    ttft_p90_seconds: float | None = None
+    """The new revision's p90 time to first byte in the step (None: no answers)."""
+
+    stable_ttft_p90_seconds: float | None = None
+    """The stable revision's, in the same step."""
+
+    message: str
+    """Why it passed or failed, with the figures against the thresholds."""
+
+    time: str
+    """When it was decided (RFC 3339)."""
+
+
+class RevisionCounts(ApiModel):
+    """The routers' counts for one revision when a canary step began (summed over the
+    router pods; the analysis takes the step's difference)."""
+
+    requests: int = 0
+    """Requests the routers had sent the revision's engines (attempts, retries included)."""
+
+    errors: int = 0
+    """Engine errors among them (5xx, resets, failed streams)."""
+
+    ttfb_buckets: list[int] = Field(default_factory=list)
+    """Times to first byte, counted per bucket of the routers' histogram."""
+
+
+class RolloutStatus(ApiModel):
+    """Where a canary rollout stands: enough for a restarted operator to resume it."""
+
+    phase: Literal["Progressing", "Succeeded", "RolledBack"]
+    """`Progressing`: steps under way; `Succeeded`: the new revision took over;
+    `RolledBack`: the stable revision serves alone again (see `reason`) until the spec
+    names another revision."""
+
+    revision: str
+    """The new revision."""
+
+    stable_revision: str
+    """The revision that served before it (and serves again after a rollback)."""
+
+    step: int = 0
+    """The current step (0-based index into spec.rollout.steps)."""
+
+    weights: dict[str, int] = Field(default_factory=dict)
+    """Percent of traffic per revision that the routers apply while Progressing."""
+
+    started_at: str
+    """When the rollout began (RFC 3339)."""
+
+    step_started_at: str | None = None
+    """When the current step's pods were all ready and its pause began (None: the new
+    revision's pods for the step are starting)."""
+
+    step_scaled_at: str
+    """When the current step asked for its pods: the progress deadline counts from here."""
+
+    baseline: dict[str, RevisionCounts] = Field(default_factory=dict)
+    """The routers' counts per revision when the step's pause began."""
+
+    analysis: list[CanaryAnalysisResult] = Field(default_factory=list)
+    """Each finished step's analysis, oldest first."""
+
+    reason: str | None = None
+    """Why it rolled back: `AnalysisFailed`, `ProgressDeadlineExceeded` or a pod problem
+    (`CrashLoopBackOff`, ...)."""
+
+    message: str = ""
+    """What is happening, for people."""
+
+
 AdapterState = Literal["loading", "loaded", "failed"]
 
 
@@ -546,6 +689,10 @@ class InferenceServiceStatus(ApiModel):
     adapters: list[AdapterStatus] | None = None
     """Each adapter of spec.adapters and its state on every engine pod, as the engines
     report it (absent without adapters)."""
+
+    rollout: RolloutStatus | None = None
+    """The latest canary rollout (strategy Canary): phase, step, weights, each step's
+    analysis, and the reason of a rollback."""
 
 
 # Rules on the whole object (the root schema may read metadata.name).

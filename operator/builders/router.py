@@ -1,11 +1,13 @@
 """The router of one InferenceService: a Deployment of `pagoda router` pods spread across
 nodes, its own ServiceAccount and a Role that may only read the pods of its namespace
-(it watches the engine pods), and a PodDisruptionBudget that keeps one up."""
+(it watches the engine pods) and get its own InferenceService (a canary's weights), and a
+PodDisruptionBudget that keeps one up."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from pagoda.operator.api.types import GROUP, PLURAL
 from pagoda.operator.builders import names
 from pagoda.operator.builders.context import BuildOptions, Isvc
 from pagoda.operator.builders.pod import PRE_STOP_SLEEP_S
@@ -31,12 +33,21 @@ def service_account(isvc: Isvc) -> dict[str, Any]:
 
 
 def role(isvc: Isvc) -> dict[str, Any]:
-    """Least privilege: read pods (the engines'), nothing else, in this namespace."""
+    """Least privilege: read pods (the engines') in this namespace, and get its own
+    InferenceService (a canary's traffic weights are in its status), nothing else."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
         "metadata": _meta(isvc),
-        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+            {
+                "apiGroups": [GROUP],
+                "resources": [PLURAL],
+                "resourceNames": [isvc.name],
+                "verbs": ["get"],
+            },
+        ],
     }
 
 

@@ -23,14 +23,18 @@ from pagoda.operator.router.metrics import RouterMetrics
 from pagoda.operator.router.probes import Prober
 from pagoda.operator.router.proxy import Forwarder
 from pagoda.operator.router.settings import RouterSettings
+from pagoda.operator.router.weights import RolloutWeights
 
 log = logging.getLogger(__name__)
 
 
 class Router:
-    def __init__(self, settings: RouterSettings, discovery: Discovery) -> None:
+    def __init__(
+        self, settings: RouterSettings, discovery: Discovery, weights: RolloutWeights | None = None
+    ) -> None:
         self.settings = settings
         self.discovery = discovery
+        self.weights = weights
         self.engines = EngineSet()
         self.metrics = RouterMetrics()
         self.prober = Prober(self.engines, settings.probes)
@@ -61,6 +65,11 @@ class Router:
     async def _start(self, _: web.Application) -> None:
         await self.prober.start()
         self._tasks.append(asyncio.ensure_future(self.discovery.run(self.engines, self._changed)))
+        if self.weights is not None:
+            self._tasks.append(asyncio.ensure_future(self.weights.run(self._set_weights)))
+
+    def _set_weights(self, weights: dict[str, float] | None) -> None:
+        self.forwarder.revision_weights = weights
 
     async def _changed(self) -> None:
         """The discovery changed the set: probe the new engines, wake held requests."""
@@ -73,6 +82,8 @@ class Router:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.discovery.close()
+        if self.weights is not None:
+            await self.weights.close()
         await self.prober.close()
         await self.forwarder.close()
 
@@ -107,12 +118,18 @@ class Router:
                 "requests_received": self.received,
                 "routable_engines": len(self.engines.routable()),
                 "engines": self.engines.snapshot(),
+                "revision_weights": self.forwarder.revision_weights,
+                # per revision: attempts, engine errors, time-to-first-byte histogram
+                # (the canary analysis reads differences of these)
+                **self.forwarder.revision_stats.snapshot(),
             }
         )
 
 
-def run(settings: RouterSettings, discovery: Discovery) -> int:
-    router = Router(settings, discovery)
+def run(
+    settings: RouterSettings, discovery: Discovery, weights: RolloutWeights | None = None
+) -> int:
+    router = Router(settings, discovery, weights)
     # handler_cancellation: a client that goes away cancels its handler, which closes the
     # upstream connection, so the engine aborts the request and frees its KV blocks.
     web.run_app(

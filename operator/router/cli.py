@@ -193,11 +193,23 @@ def discovery_from(args: argparse.Namespace):
     return PodDiscovery(args.inference_service, args.namespace)
 
 
+def weights_from(args: argparse.Namespace, discovery):
+    """Canary weights from the InferenceService's status, unless --revision-weights fixes
+    them (or there is no InferenceService: --endpoints)."""
+    from pagoda.operator.router.discovery import PodDiscovery
+    from pagoda.operator.router.weights import RolloutWeights
+
+    if args.revision_weights or not isinstance(discovery, PodDiscovery):
+        return None
+    return RolloutWeights(args.inference_service, discovery.namespace)
+
+
 def run(args: argparse.Namespace) -> int:
     from pagoda.operator.router import app
 
     settings = settings_from(args)
-    return app.run(settings, discovery_from(args))
+    discovery = discovery_from(args)
+    return app.run(settings, discovery, weights_from(args, discovery))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ LATENCY_BUCKETS = (
 )
 
 
-RETRY_REASONS = ("connect_error", "reset", "unavailable")
+RETRY_REASONS = ("connect_error", "reset", "unavailable", "server_error")
 
 
 class RouterMetrics:
@@ -27,7 +27,7 @@ class RouterMetrics:
         self.retries = Counter(
             "pagoda_router:retries",
             "Requests sent again to another engine before any byte reached the client, by "
-            "why (connect_error, reset, unavailable).",
+            "why (connect_error, reset, unavailable: a 503, server_error: another 5xx).",
             ["reason"],
             registry=r,
         )

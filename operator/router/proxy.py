@@ -1,8 +1,9 @@
 """Forwarding one request to one engine, with retries on another engine before the first
 response byte, and streams passed through chunk by chunk.
 
-- A connect error, a reset before the response began, or a 503 (the engine is draining,
-  loading or full) sends the request to another engine, at most `retries` times; the
+- A connect error, a reset before the response began, or a 5xx status (503: the engine
+  is draining, loading or full; others: it failed the request, e.g. a broken canary
+  revision) sends the request to another engine, at most `retries` times; the
   engine that failed to connect is marked unhealthy until its next health check. A reset
   alone says little about the engine (a pooled connection it had just closed, say): the
   request may go to the same engine once more, on a new connection, and the engine stays
@@ -29,6 +30,7 @@ from pagoda.operator.router.holding import Holding, HoldRefused
 from pagoda.operator.router.metrics import RouterMetrics
 from pagoda.operator.router.prefix import PrefixIndex, chunk_hashes
 from pagoda.operator.router.requests import RoutingInfo
+from pagoda.operator.router.revisions import RevisionStats
 from pagoda.operator.router.scoring import Choice, choose, pick_revision
 from pagoda.operator.router.settings import RoutingSettings
 
@@ -68,6 +70,10 @@ class Forwarder:
         self.settings = settings
         self.stale_after_s = stale_after_s
         self.index = PrefixIndex()
+        self.revision_stats = RevisionStats()
+        # {revision: weight} (None: every revision alike): --revision-weights, or what the
+        # InferenceService's canary rollout asks for (weights.py keeps it current)
+        self.revision_weights = settings.revision_weights
         engines.on_removed.append(self._forget)
         self._sessions: dict[str, aiohttp.ClientSession] = {}
         self._rng = random.Random()
@@ -147,7 +153,7 @@ class Forwarder:
         return self.engines.engines[choice.name]
 
     def _revision(self, pool: list[Engine]) -> list[Engine]:
-        weights = self.settings.revision_weights
+        weights = self.revision_weights
         if not weights:
             return pool
         revision = pick_revision(
@@ -194,15 +200,16 @@ class Forwarder:
                 log.info("engine %s reset a request before answering: %r", engine.name, exc)
                 outcome = "engine_error"
                 raise _Retry("reset", same_engine_ok=True) from None
-            if upstream.status == 503 and not last:
+            if upstream.status >= 500 and not last:
                 outcome = "engine_error"
-                raise _Retry("unavailable")
+                raise _Retry("unavailable" if upstream.status == 503 else "server_error")
             response, outcome = await self._relay(request, upstream, info, engine, sent)
             return response
         finally:
             engine.in_flight -= 1
             self.metrics.in_flight.labels(engine.name).set(engine.in_flight)
             self.metrics.requests.labels(engine.name, outcome).inc()
+            self.revision_stats.finished(engine.revision, outcome)
             if upstream is not None:
                 upstream.close()  # unread bytes left: the connection goes (the engine aborts)
 
@@ -222,7 +229,9 @@ class Forwarder:
         try:
             async for chunk in upstream.content.iter_any():
                 if first:
-                    self.metrics.upstream_ttfb.labels(engine.name).observe(time.monotonic() - sent)
+                    waited = time.monotonic() - sent
+                    self.metrics.upstream_ttfb.labels(engine.name).observe(waited)
+                    self.revision_stats.first_byte(engine.revision, waited)
                     first = False
                 await response.write(chunk)
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:

@@ -159,5 +159,11 @@ def test_defaults_are_filled_in(api, pagoda_operator, namespace):
     assert spec["replicas"] == 1
     assert spec["model"]["revision"] == "v1"
     assert spec["engine"]["tensorParallelSize"] == 1
-    assert spec["rollout"] == {"strategy": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 0}
+    assert spec["rollout"] == {
+        "strategy": "RollingUpdate",
+        "maxSurge": 1,
+        "maxUnavailable": 0,
+        "analysis": {"maxErrorRate": 0.05, "maxTTFTP90Ratio": 2, "minRequests": 20},
+        "progressDeadlineSeconds": 600,
+    }
     assert "autoscaling" not in spec

@@ -39,12 +39,18 @@ def test_router_pods_spread_across_nodes_and_one_always_stays(make_isvc, options
     assert budget["selector"]["matchLabels"]["app.kubernetes.io/component"] == "router"
 
 
-def test_the_routers_role_only_reads_pods_in_its_namespace(make_isvc):
+def test_the_routers_role_only_reads_pods_and_its_own_inference_service(make_isvc):
     isvc = make_isvc()
     role = router.role(isvc)
     assert role["kind"] == "Role" and role["metadata"]["namespace"] == "ml"
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {  # a canary's traffic weights are in its status
+            "apiGroups": ["serving.pagoda.dev"],
+            "resources": ["inferenceservices"],
+            "resourceNames": ["llama"],
+            "verbs": ["get"],
+        },
     ]
     binding = router.role_binding(isvc)
     assert binding["roleRef"]["name"] == "llama-router"

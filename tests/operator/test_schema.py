@@ -33,6 +33,8 @@ def test_defaults_materialise_nested_blocks():
         "strategy": "RollingUpdate",
         "maxSurge": 1,
         "maxUnavailable": 0,
+        "analysis": {"maxErrorRate": 0.05, "maxTTFTP90Ratio": 2.0, "minRequests": 20},
+        "progressDeadlineSeconds": 600,
     }
     assert "default" not in spec["autoscaling"]  # absent means: no autoscaling
     assert spec["autoscaling"]["properties"]["targetKVCacheUtilization"]["exclusiveMinimum"] is True
