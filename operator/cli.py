@@ -109,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     from pagoda.operator.autoscaler.loop import Autoscaler
     from pagoda.operator.kube import Kube
     from pagoda.operator.reconcile import Reconciler
+    from pagoda.operator.rollout.loop import RolloutSync
 
     if args.peering_lifetime < 1 or args.resync_seconds < 10:
         raise ValueError("--peering-lifetime must be >= 1 and --resync-seconds >= 10")
@@ -125,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
     adapters = AdapterSync(kube, post_event, reconciler.reconcile, args.engine_api_key or None)
     # adapter rounds wait on engines' loads (seconds each): a pool of their own
     adapter_pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="adapters")
+    rollouts = RolloutSync(kube, post_event, reconciler.reconcile)
     priority = default_priority() if args.priority is None else args.priority
     log.info("pagoda operator %s, peering priority %d", args.identity or "", priority)
     kopf.run(
@@ -140,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
             autoscale_pool=autoscale_pool,
             adapters=adapters,
             adapter_pool=adapter_pool,
+            rollouts=rollouts,
         ),
     )
     return 0

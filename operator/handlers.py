@@ -24,6 +24,7 @@ from pagoda.operator.api.types import GROUP, PLURAL, VERSION
 from pagoda.operator.autoscaler.loop import SYNC_S
 from pagoda.operator.builders.names import LABEL_ISVC, MANAGED_BY_LABEL
 from pagoda.operator.kube import ApiError
+from pagoda.operator.rollout.loop import SYNC_S as ROLLOUT_SYNC_S
 
 KOPF_PREFIX = GROUP
 RETRY_DELAY_S = 5
@@ -195,3 +196,27 @@ async def sync_adapters(
             await stopped.wait(ADAPTER_SYNC_S)
     finally:
         memo.adapters.forget(namespace, name)
+
+
+@_without_finalizer
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10)
+async def roll_out(
+    stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any
+) -> None:
+    """The canary rounds for one InferenceService (operator/rollout/loop.py), every
+    ROLLOUT_SYNC_S, on the autoscaler's threads (short: a few reads, a write), while this
+    operator is the active peer."""
+    namespace, name, uid = body.metadata.namespace, body.metadata.name, body.metadata.uid
+    loop = asyncio.get_running_loop()
+    while not stopped:
+        context = contextvars.copy_context()
+        try:
+            alive = await loop.run_in_executor(
+                memo.autoscale_pool, context.run, memo.rollouts.tick, namespace, name, uid
+            )
+        except ApiError as exc:
+            alive = True
+            logger.warning("rollout round failed, next in %.0f s: %s", ROLLOUT_SYNC_S, exc)
+        if not alive:
+            return
+        await stopped.wait(ROLLOUT_SYNC_S)

@@ -1,7 +1,8 @@
 """The traffic weights of a canary rollout, as the operator writes them in the router's
-own InferenceService (`status.rollout.weights`, while `status.rollout.phase` is
-Progressing): read every `POLL_S` with the router's ServiceAccount, whose Role may get
-only that one InferenceService.
+own InferenceService (`status.rollout.weights`: the step's shares while it progresses,
+all to the stable revision after a rollback, none once it succeeded): read every
+`POLL_S` with the router's ServiceAccount, whose Role may get only that one
+InferenceService.
 
 An InferenceService that cannot be read keeps the last weights (a router never guesses
 a rollout's state); one without a rollout in progress clears them, so every revision's
@@ -23,10 +24,10 @@ Apply = Callable[[dict[str, float] | None], None]
 
 
 def weights_of(resource: dict) -> dict[str, float] | None:
-    """The weights a rollout in progress asks for, else None."""
+    """The weights the rollout asks for, else None."""
     rollout = (resource.get("status") or {}).get("rollout") or {}
     weights = rollout.get("weights") or {}
-    if rollout.get("phase") != "Progressing" or not any(w > 0 for w in weights.values()):
+    if not any(w > 0 for w in weights.values()):
         return None
     return {revision: float(weight) for revision, weight in weights.items()}
 

@@ -44,13 +44,14 @@ def test_an_adapter_on_a_mounted_source_leaves_the_pod_template_as_it_is(make_is
     """Adding, removing or re-versioning an adapter on a source the pods mount loads it
     into the running engines; the Deployment's template (and so its pods) stays."""
     before = deployment(make_isvc(adapters=ADAPTERS), options)["spec"]["template"]
-    changed = ADAPTERS[1:] + [
+    changed = [
+        *ADAPTERS[1:],
         {"name": "sql", "uri": "pvc://adapters/sql/v3", "version": "v3"},
         {"name": "new", "uri": "hostpath:///srv/loras/new"},
     ]
     after = deployment(make_isvc(adapters=changed), options)["spec"]["template"]
     assert after == before
-    other_claim = ADAPTERS + [{"name": "x", "uri": "pvc://more-adapters/x"}]
+    other_claim = [*ADAPTERS, {"name": "x", "uri": "pvc://more-adapters/x"}]
     assert deployment(make_isvc(adapters=other_claim), options)["spec"]["template"] != before
 
 
