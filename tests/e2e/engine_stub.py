@@ -4,8 +4,11 @@ the pod's IP with the engine's probe and scrape endpoints (/health, /metrics,
 engine; tests that need the engine itself back pods with the real `pagoda serve`
 (`operator_env.serve_real_engines`).
 
+With `--fail-requests`, every completion or chat request gets a 500 with OpenAI's error
+body: a broken engine that still passes its health checks (a bad canary revision).
+
 Run as a script (never `-m` from the repository root): `python engine_stub.py --host H
---port P --model NAME`.
+--port P --model NAME [--fail-requests]`.
 """
 
 from __future__ import annotations
@@ -25,8 +28,26 @@ pagoda:kv_cache_usage_perc{{model_name="{model}"}} 0.0
 """
 
 
-def handler(model: str) -> type[BaseHTTPRequestHandler]:
+FAILED = {"error": {"message": "the engine failed", "type": "server_error", "code": 500}}
+
+
+def handler(model: str, fail_requests: bool = False) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.path not in ("/v1/completions", "/v1/chat/completions"):
+                self.send_error(404)
+                return
+            if not fail_requests:
+                self.send_error(501, "the stub serves no requests: back the pod with pagoda-serve")
+                return
+            data = json.dumps(FAILED).encode()
+            self.send_response(500)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
         def do_GET(self) -> None:
             routes = {
                 "/health": ("application/json", json.dumps({"status": "ok"})),
@@ -58,8 +79,9 @@ def main() -> None:
     parser.add_argument("--host", required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--model", default="stub")
+    parser.add_argument("--fail-requests", action="store_true")
     args = parser.parse_args()
-    server = ThreadingHTTPServer((args.host, args.port), handler(args.model))
+    server = ThreadingHTTPServer((args.host, args.port), handler(args.model, args.fail_requests))
     # SIGTERM: stop accepting, finish in-flight requests, exit (the engine's drain)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     print(f"engine stub for {args.model} on {args.host}:{args.port}", flush=True)

@@ -220,3 +220,36 @@ def test_a_status_of_an_older_adapter_version_does_not_count(make_isvc):
     )
     assert conds(status)["Degraded"] == ("False", "AsExpected")
     assert conds(status)["AdaptersReady"] == ("False", "AdaptersLoading")
+
+
+# -- canary rollouts -----------------------------------------------------------------------
+
+
+def canary(phase: str, message: str = "step 1/2: 10% of traffic to v2"):
+    from pagoda.operator.api.types import RolloutStatus
+
+    return RolloutStatus(
+        phase=phase, revision="v2", stable_revision="v1", weights={"v1": 90, "v2": 10},
+        started_at=NOW, step_scaled_at=NOW, message=message,
+    )  # fmt: skip
+
+
+def test_mid_canary_the_stable_revision_serves_and_progress_says_the_step(make_isvc):
+    isvc = make_isvc(model={"uri": "pvc://models/llama", "revision": "v2"}, replicas=2)
+    stable, new = deployment("llama-v1"), deployment("llama-v2", replicas=1, ready=1, updated=1)
+    observed = Observed([stable, new], [], rollout=canary("Progressing"))
+    status = compute_status(isvc, observed, None, NOW)
+    assert status.current_revision == "v1"
+    assert conds(status)["Progressing"] == ("True", "Canary")
+    assert conds(status)["Ready"] == ("True", "AllReplicasReady")
+
+
+def test_a_rolled_back_canary_degrades_and_the_stable_revision_serves(make_isvc):
+    isvc = make_isvc(model={"uri": "pvc://models/llama", "revision": "v2"}, replicas=2)
+    message = "rolled back to revision v1: step 1/2: error rate 0.300 above maxErrorRate 0.05"
+    observed = Observed([deployment("llama-v1")], [], rollout=canary("RolledBack", message))
+    status = compute_status(isvc, observed, None, NOW)
+    assert status.current_revision == "v1"
+    assert conds(status)["Degraded"] == ("True", "RolledBack")
+    assert conds(status)["Progressing"] == ("False", "RolledBack")
+    assert ("Warning", "RolledBack") in [(t, r) for t, r, _ in transitions(None, status)]

@@ -247,3 +247,36 @@ def test_bad_flags_exit_2_with_a_clear_message(flags, message):
     command = [sys.executable, "-m", "pagoda.operator.router", *flags]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 2 and message in done.stderr
+
+
+def test_an_engine_that_answers_errors_is_retried_and_counted_per_revision(
+    engines, start_router, tmp_path
+):
+    """A 5xx before the first byte goes to another engine (the client sees none), and the
+    failed attempt still counts against its engine's revision (what a canary's analysis
+    reads from /stats)."""
+    import subprocess
+    import sys
+
+    from tests.e2e.engine_stub import __file__ as stub
+
+    port = free_port()
+    broken = subprocess.Popen(
+        [sys.executable, stub, "--host", "127.0.0.1", "--port", str(port), "--fail-requests"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        failing = f"http://127.0.0.1:{port}"
+        router = start_router("--endpoints", endpoints(failing, engines[0]), routable=2)
+        for i in range(10):
+            done = client(router).completions.create(model="tiny", prompt=f"p{i}", **GREEDY)
+            assert done.usage.completion_tokens == 6
+        retried = router.counter("pagoda_router:retries_total", reason="server_error")
+        counts = router.stats()["revisions"][""]  # --endpoints: no revision labels
+        assert retried >= 1 and counts["errors"] == retried
+        assert counts["requests"] == 10 + retried
+        assert sum(counts["ttfb_buckets"]) == 10 and router.stats()["ttfb_bounds"][0] == 0.001
+    finally:
+        broken.terminate()
+        broken.wait(10)
