@@ -189,6 +189,19 @@ class Kube:
         return found
 
 
+def merge_patch(old: Any, new: Any) -> Any:
+    """The JSON merge patch (RFC 7386) that turns `old` into `new`: a key `old` has and
+    `new` lacks is set to null, maps are diffed key by key, anything else is replaced.
+    A plain `new` as the patch would keep the keys it dropped from a map."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    patch = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        if key not in old or old[key] != value:
+            patch[key] = merge_patch(old.get(key), value)
+    return patch
+
+
 def _json_or_text(raw: bytes) -> dict[str, Any] | None:
     """The JSON body, or the text of a plain answer (a 404 for an unknown API group)."""
     if not raw:

@@ -267,6 +267,8 @@ def transitions(
         old = before.get(cond.type)
         if old is not None and (old.status, old.reason) == (cond.status, cond.reason):
             continue
+        if cond.reason == "RolledBack":
+            continue  # the rollout rounds post one Event per rollback, with its cause
         if cond.type == "Degraded":
             if cond.status == "True":
                 events.append(("Warning", cond.reason, cond.message))

@@ -19,7 +19,7 @@ from pagoda.operator.api.types import InferenceServiceStatus, RevisionCounts
 from pagoda.operator.autoscaler.signals import READ_TIMEOUT_S, ready_pods
 from pagoda.operator.builders import names
 from pagoda.operator.builders.context import Isvc
-from pagoda.operator.kube import DEPLOYMENT, INFERENCE_SERVICE, POD, Kube
+from pagoda.operator.kube import DEPLOYMENT, INFERENCE_SERVICE, POD, Kube, merge_patch
 from pagoda.operator.rollout.canary import Observed, decide
 from pagoda.operator.status import deployment_problem, pod_problem
 
@@ -80,7 +80,8 @@ class RolloutSync:
         )
         if rollout != previous:
             dumped = rollout.dump() if rollout is not None else None
-            self.kube.patch_status(INFERENCE_SERVICE, namespace, name, {"rollout": dumped})
+            patch = merge_patch(raw.get("rollout"), dumped)  # weights a step drops go
+            self.kube.patch_status(INFERENCE_SERVICE, namespace, name, {"rollout": patch})
             self.reconcile(namespace, name, "rollout")
         for type_, reason, message in events:
             log.info("%s/%s: %s", namespace, name, message)

@@ -30,3 +30,16 @@ def test_generation_decides_for_kinds_that_have_one():
 
 def test_resource_version_decides_for_kinds_without_generation():
     assert change_action(obj(None, "5"), obj(None, "6"), spec_changed=False) == "Restored"
+
+
+def test_a_merge_patch_drops_the_keys_the_new_value_lacks():
+    from pagoda.operator.kube import merge_patch
+
+    old = {"weights": {"v1": 50, "v2": 50}, "step": 1, "baseline": {"v1": {"requests": 3}}}
+    new = {"weights": {"v2": 100}, "step": 2, "baseline": {}}
+    assert merge_patch(old, new) == {
+        "weights": {"v1": None, "v2": 100},
+        "step": 2,
+        "baseline": {"v1": None},
+    }
+    assert merge_patch(None, new) == new and merge_patch(old, None) is None
