@@ -134,6 +134,19 @@ CONDITION = Gauge(
     [*ISVC_LABELS, "type", "reason"],
     registry=REGISTRY,
 )
+CANARY_WEIGHT = Gauge(
+    "pagoda_operator_canary_weight",
+    "Percent of requests the routers send to each revision, as status.rollout.weights "
+    "asks during a canary (and after a rollback: 100 to the stable revision)",
+    [*ISVC_LABELS, "revision"],
+    registry=REGISTRY,
+)
+CANARY_STEP = Gauge(
+    "pagoda_operator_canary_step",
+    "The canary's current step, from 1; 0 once it succeeded, -1 once it rolled back",
+    ISVC_LABELS,
+    registry=REGISTRY,
+)
 _exported: dict[tuple[str, str], dict[str, set[tuple[str, ...]]]] = {}
 _exported_lock = threading.Lock()  # reconciles (threads) and the daemon's end (the loop)
 
@@ -165,8 +178,27 @@ def export_status(
         _exported[(namespace, name)] = now
 
 
+_canary_revisions: dict[tuple[str, str], set[str]] = {}
+
+
+def export_canary(namespace: str, name: str, weights: dict[str, int], step: int | None) -> None:
+    """Set one InferenceService's canary gauges (step None: no canary, none of them)."""
+    with _exported_lock:
+        before = _canary_revisions.get((namespace, name), set())
+        for revision, weight in weights.items():
+            CANARY_WEIGHT.labels(namespace, name, revision).set(weight)
+        for gone in before - set(weights):
+            _remove(CANARY_WEIGHT, namespace, name, gone)
+        _canary_revisions[(namespace, name)] = set(weights)
+        if step is None:
+            _remove(CANARY_STEP, namespace, name)
+        else:
+            CANARY_STEP.labels(namespace, name).set(step)
+
+
 def forget_status(namespace: str, name: str) -> None:
     """Drop a deleted InferenceService's status series."""
+    export_canary(namespace, name, {}, None)
     with _exported_lock:
         before = _exported.pop((namespace, name), {"revision": set(), "condition": set()})
     for state in ("desired", "current", "updated", "ready"):

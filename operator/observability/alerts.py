@@ -178,6 +178,17 @@ OPERATOR = [
         "kubectl describe pisvc shows the Deployment's message.",
     ),
     Alert(
+        "PagodaCanaryRolledBack",
+        "max by (namespace, inferenceservice) "
+        '(pagoda_operator_condition{type="Degraded", reason="RolledBack"}) == 1',
+        "0m",
+        "warning",
+        "{{ $labels.namespace }}/{{ $labels.inferenceservice }}: a canary rolled back",
+        "The new model revision failed a canary step (errors or latency against the stable "
+        "revision) or its pods were not ready in time; the stable revision serves all "
+        "traffic. kubectl describe pisvc shows status.rollout's reason and analysis.",
+    ),
+    Alert(
         "PagodaSpecAdapterFailed",
         "max by (namespace, inferenceservice) "
         '(pagoda_operator_condition{type="Degraded", reason="AdapterLoadFailed"}) == 1',

@@ -379,9 +379,36 @@ def rollouts() -> dashboard.Dashboard:
         )
         .with_panel(
             graph(
+                "Canary weights",
+                "During a canary (spec.rollout.strategy Canary): the percent of requests "
+                "the routers send to each revision at the current step; after a rollback, "
+                "100 to the stable revision. No series: no canary.",
+                "percent",
+                Query(
+                    "max by (inferenceservice, revision) "
+                    f"(pagoda_operator_canary_weight{{{ISVC}}})",
+                    "{{inferenceservice}} {{revision}}",
+                ),
+                max_=100,
+            )
+        )
+        .with_panel(
+            graph(
+                "Canary step",
+                "The canary's step (from 1), 0 once it succeeded, -1 once it rolled back "
+                "(status.rollout says why).",
+                "short",
+                Query(
+                    f"max by (inferenceservice) (pagoda_operator_canary_step{{{ISVC}}})",
+                    "{{inferenceservice}}",
+                ),
+            )
+        )
+        .with_panel(
+            graph(
                 "Traffic share by revision",
                 "Each revision's share of the ready engines, which the routers spread "
-                "requests over.",
+                "requests over (unless a canary's weights say otherwise).",
                 "percentunit",
                 Query(
                     "sum by (inferenceservice, revision) "
@@ -398,7 +425,7 @@ def rollouts() -> dashboard.Dashboard:
                 "Conditions",
                 "1 while a status condition holds, by type and reason: Progressing during "
                 "a rollout, Degraded with its reason (ProgressDeadlineExceeded: the rollout "
-                "is stuck). Healthy: Ready 1, Degraded 0.",
+                "is stuck; RolledBack: a canary failed). Healthy: Ready 1, Degraded 0.",
                 "short",
                 Query(
                     f"max by (type, reason) (pagoda_operator_condition{{{ISVC}}})",

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from pagoda.operator import metrics
 from pagoda.operator.api.types import InferenceServiceStatus, RevisionCounts
 from pagoda.operator.autoscaler.signals import READ_TIMEOUT_S, ready_pods
 from pagoda.operator.builders import names
@@ -67,6 +68,7 @@ class RolloutSync:
         status = InferenceServiceStatus.model_validate(dict(raw))
         previous = status.rollout
         if isvc.spec.rollout.strategy != "Canary" and previous is None:
+            metrics.export_canary(namespace, name, {}, None)
             return True
         observed = self._observe(isvc, previous)
         rollout, events = decide(
@@ -83,6 +85,7 @@ class RolloutSync:
             patch = merge_patch(raw.get("rollout"), dumped)  # weights a step drops go
             self.kube.patch_status(INFERENCE_SERVICE, namespace, name, {"rollout": patch})
             self.reconcile(namespace, name, "rollout")
+        _export(namespace, name, rollout)
         for type_, reason, message in events:
             log.info("%s/%s: %s", namespace, name, message)
             self.post_event(body, type_, reason, message)
@@ -136,6 +139,14 @@ class RolloutSync:
             for revision, counts in (stats.get("revisions") or {}).items():
                 _add(totals.setdefault(revision, RevisionCounts()), counts)
         return totals, bounds
+
+
+def _export(namespace: str, name: str, rollout) -> None:
+    if rollout is None:
+        metrics.export_canary(namespace, name, {}, None)
+        return
+    step = {"Succeeded": 0, "RolledBack": -1}.get(rollout.phase, rollout.step + 1)
+    metrics.export_canary(namespace, name, dict(rollout.weights), step)
 
 
 def _add(total: RevisionCounts, counts: Mapping[str, Any]) -> None:

@@ -46,6 +46,9 @@ ONLY_AFTER = {
     'pagoda_operator_condition{type="Degraded", reason="AdapterLoadFailed"}': (
         "an adapter of spec.adapters an engine refused"
     ),
+    'pagoda_operator_condition{type="Degraded", reason="RolledBack"}': "a canary that rolled back",
+    "pagoda_operator_canary_weight": "a canary rollout (the demo runs none)",
+    "pagoda_operator_canary_step": "a canary rollout (the demo runs none)",
 }
 
 

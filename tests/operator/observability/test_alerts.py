@@ -112,6 +112,15 @@ CASES = {
         NS | {"inferenceservice": "s"},
         "22m",
     ),
+    "PagodaCanaryRolledBack": (
+        {
+            'pagoda_operator_condition{namespace="ns", inferenceservice="s", type="Degraded", reason="AsExpected"}': "0x5 _x10 0x10",
+            'pagoda_operator_condition{namespace="ns", inferenceservice="s", type="Degraded", reason="RolledBack"}': "_x5 1x10 _x10",
+        },
+        "7m",
+        NS | {"inferenceservice": "s"},
+        "22m",
+    ),
     "PagodaSpecAdapterFailed": (
         {
             'pagoda_operator_condition{namespace="ns", inferenceservice="s", type="Degraded", reason="AsExpected"}': "0x5 _x10 0x10",
