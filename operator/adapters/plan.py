@@ -135,8 +135,8 @@ def _state(
         return None
     if have.state == "failed":
         return OnPod(want.name, want.version, "failed", have.error or "the engine failed it")
-    if have.state in SERVING:
-        return OnPod(want.name, want.version, "loaded", have.state)
+    if have.state in SERVING:  # its tier (gpu, cpu, disk) moves with load: not status
+        return OnPod(want.name, want.version, "loaded")
     return OnPod(want.name, want.version, "loading", have.state)
 
 
