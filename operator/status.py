@@ -2,10 +2,12 @@
 Deployments of its revisions and their pods.
 
 - Ready: serving at capacity, i.e. at least `replicas` engine pods pass readiness.
-- Progressing: a change is rolling out (new pod template or revision, pods starting).
+- Progressing: a change is rolling out (new pod template or revision, pods starting, a
+  canary's steps: reason Canary).
 - Degraded: something will not fix itself: a pod cannot be scheduled, its image cannot
   be pulled, it crash-loops, the rollout missed its deadline, the API server refused
-  a child built from the spec, or an engine refused an adapter (AdapterLoadFailed).
+  a child built from the spec, an engine refused an adapter (AdapterLoadFailed), or a
+  canary rolled back (RolledBack, with status.rollout's reason).
 - AdaptersReady: every adapter of spec.adapters, at its spec version, is loaded on every
   engine pod whose engine is up, as `status.adapters` (written by operator/adapters/)
   reports the engines' own lists.
