@@ -80,7 +80,7 @@ INVALID = [
                 {"name": "sql", "uri": "pvc://adapters/sql-2"},
             ],
         },
-        'spec.adapters[1]: Duplicate value: map[string]interface {}{"name":"sql"}',
+        'spec.adapters[1]: Duplicate value: {"name":"sql"}',
     ),
     (
         "adapter name that is no DNS label",
