@@ -14,6 +14,7 @@ import concurrent.futures
 import contextvars
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -140,33 +141,53 @@ def _without_finalizer(fn):
     return fn
 
 
+Tick = Callable[[str, str, str | None], bool]
+
+
+async def _rounds(
+    stopped: kopf.DaemonStopped,
+    body: kopf.Body,
+    pool: concurrent.futures.Executor,
+    tick: Tick,
+    period_s: float,
+    what: str,
+    logger: logging.Logger,
+    on_error: Callable[[], None] = lambda: None,
+) -> None:
+    """Run `tick` every `period_s` on `pool` until it says the InferenceService is gone
+    (or replaced by one of the same name), or kopf stops the daemon (this operator is
+    no longer the active peer). A failed round is logged; the next one comes anyway."""
+    namespace, name, uid = body.metadata.namespace, body.metadata.name, body.metadata.uid
+    loop = asyncio.get_running_loop()
+    while not stopped:
+        # kopf.event (the rounds' Events) needs kopf's context in the pool's thread
+        context = contextvars.copy_context()
+        try:
+            alive = await loop.run_in_executor(pool, context.run, tick, namespace, name, uid)
+        except ApiError as exc:
+            alive = True
+            on_error()
+            logger.warning("%s round failed, next in %.0f s: %s", what, period_s, exc)
+        if not alive:
+            return
+        await stopped.wait(period_s)
+
+
 @_without_finalizer
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10)
 async def autoscale(
     stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any
 ) -> None:
-    """The built-in autoscaler's rounds for one InferenceService, until it is gone (or
-    replaced by one of the same name), while this operator is the active peer (kopf
-    stops daemons while paused). Each round runs on the autoscaler's own threads, so no
-    number of InferenceServices starves the reconciles."""
-    namespace, name, uid = body.metadata.namespace, body.metadata.name, body.metadata.uid
-    loop = asyncio.get_running_loop()
-    pool: concurrent.futures.Executor = memo.autoscale_pool
+    """The built-in autoscaler's rounds for one InferenceService, every SYNC_S. Each
+    round runs on the autoscaler's own threads, so no number of InferenceServices
+    starves the reconciles."""
+    namespace, name = body.metadata.namespace, body.metadata.name
+    errors = metrics.AUTOSCALER_ERRORS.labels(namespace, name)
     try:
-        while not stopped:
-            # kopf.event (the autoscaler's Events) needs kopf's context in that thread
-            context = contextvars.copy_context()
-            try:
-                alive = await loop.run_in_executor(
-                    pool, context.run, memo.autoscaler.tick, namespace, name, uid
-                )
-            except ApiError as exc:
-                alive = True
-                metrics.AUTOSCALER_ERRORS.labels(namespace, name).inc()
-                logger.warning("autoscaler round failed, next in %.0f s: %s", SYNC_S, exc)
-            if not alive:
-                return
-            await stopped.wait(SYNC_S)
+        await _rounds(
+            stopped, body, memo.autoscale_pool, memo.autoscaler.tick, SYNC_S, "autoscaler",
+            logger, on_error=errors.inc,
+        )  # fmt: skip
     finally:
         memo.autoscaler.forget(namespace, name)
         metrics.forget_status(namespace, name)
@@ -178,24 +199,14 @@ async def sync_adapters(
     stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any
 ) -> None:
     """The adapter rounds for one InferenceService (operator/adapters/loop.py), every
-    ADAPTER_SYNC_S, on threads of their own, while this operator is the active peer."""
-    namespace, name, uid = body.metadata.namespace, body.metadata.name, body.metadata.uid
-    loop = asyncio.get_running_loop()
+    ADAPTER_SYNC_S, on threads of their own: they wait on engines' loads."""
     try:
-        while not stopped:
-            context = contextvars.copy_context()
-            try:
-                alive = await loop.run_in_executor(
-                    memo.adapter_pool, context.run, memo.adapters.tick, namespace, name, uid
-                )
-            except ApiError as exc:
-                alive = True
-                logger.warning("adapter round failed, next in %.0f s: %s", ADAPTER_SYNC_S, exc)
-            if not alive:
-                return
-            await stopped.wait(ADAPTER_SYNC_S)
+        await _rounds(
+            stopped, body, memo.adapter_pool, memo.adapters.tick, ADAPTER_SYNC_S, "adapter",
+            logger,
+        )  # fmt: skip
     finally:
-        memo.adapters.forget(namespace, name)
+        memo.adapters.forget(body.metadata.namespace, body.metadata.name)
 
 
 @_without_finalizer
@@ -204,19 +215,7 @@ async def roll_out(
     stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any
 ) -> None:
     """The canary rounds for one InferenceService (operator/rollout/loop.py), every
-    ROLLOUT_SYNC_S, on the autoscaler's threads (short: a few reads, a write), while this
-    operator is the active peer."""
-    namespace, name, uid = body.metadata.namespace, body.metadata.name, body.metadata.uid
-    loop = asyncio.get_running_loop()
-    while not stopped:
-        context = contextvars.copy_context()
-        try:
-            alive = await loop.run_in_executor(
-                memo.autoscale_pool, context.run, memo.rollouts.tick, namespace, name, uid
-            )
-        except ApiError as exc:
-            alive = True
-            logger.warning("rollout round failed, next in %.0f s: %s", ROLLOUT_SYNC_S, exc)
-        if not alive:
-            return
-        await stopped.wait(ROLLOUT_SYNC_S)
+    ROLLOUT_SYNC_S, on the autoscaler's threads (short: a few reads, a write)."""
+    await _rounds(
+        stopped, body, memo.autoscale_pool, memo.rollouts.tick, ROLLOUT_SYNC_S, "rollout", logger
+    )

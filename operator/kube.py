@@ -189,6 +189,19 @@ class Kube:
         return found
 
 
+def get_live(
+    kube: Any, kind: Kind, namespace: str, name: str, uid: str | None = None
+) -> dict[str, Any] | None:
+    """The object unless it is gone, being deleted, or (given `uid`) replaced by another
+    of the same name (which has its own daemon): what a per-object round works on."""
+    body = kube.get(kind, namespace, name)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return None
+    if uid is not None and body["metadata"].get("uid") != uid:
+        return None
+    return body
+
+
 def merge_patch(old: Any, new: Any) -> Any:
     """The JSON merge patch (RFC 7386) that turns `old` into `new`: a key `old` has and
     `new` lacks is set to null, maps are diffed key by key, anything else is replaced.

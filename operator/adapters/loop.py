@@ -36,7 +36,7 @@ from pagoda.operator.api.types import AdapterOnPod, AdapterStatus
 from pagoda.operator.builders import names
 from pagoda.operator.builders.adapters import READINESS_GATE, adapter_path
 from pagoda.operator.builders.context import Isvc
-from pagoda.operator.kube import INFERENCE_SERVICE, POD, Kube
+from pagoda.operator.kube import INFERENCE_SERVICE, POD, Kube, get_live
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +83,8 @@ class AdapterSync:
 
     def tick(self, namespace: str, name: str, uid: str | None = None) -> bool:
         """One round; False once the InferenceService (of this uid) is gone."""
-        body = self.kube.get(INFERENCE_SERVICE, namespace, name)
-        if body is None or body["metadata"].get("deletionTimestamp"):
-            return False
-        if uid is not None and body["metadata"].get("uid") != uid:
+        body = get_live(self.kube, INFERENCE_SERVICE, namespace, name, uid)
+        if body is None:
             return False
         isvc = Isvc.from_body(body)
         written = (body.get("status") or {}).get("adapters")

@@ -27,7 +27,7 @@ from pagoda.operator.autoscaler.decide import Decision, Memory, Sample, decide
 from pagoda.operator.autoscaler.signals import read_routers, ready_pods, sample_from
 from pagoda.operator.builders import names
 from pagoda.operator.builders.context import Isvc
-from pagoda.operator.kube import INFERENCE_SERVICE, POD, Kube
+from pagoda.operator.kube import INFERENCE_SERVICE, POD, Kube, get_live
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +70,9 @@ class Autoscaler:
 
     def tick(self, namespace: str, name: str, uid: str | None = None) -> bool:
         """One round; False once the InferenceService (of this uid) is gone."""
-        body = self.kube.get(INFERENCE_SERVICE, namespace, name)
-        if body is None or body["metadata"].get("deletionTimestamp"):
+        body = get_live(self.kube, INFERENCE_SERVICE, namespace, name, uid)
+        if body is None:
             return False
-        if uid is not None and body["metadata"].get("uid") != uid:
-            return False  # deleted and created again: that one has its own daemon
         isvc = Isvc.from_body(body)
         spec = isvc.spec.autoscaling
         if spec is None or spec.mode != "builtin":

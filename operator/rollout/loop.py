@@ -20,7 +20,7 @@ from pagoda.operator.api.types import InferenceServiceStatus, RevisionCounts
 from pagoda.operator.autoscaler.signals import READ_TIMEOUT_S, ready_pods
 from pagoda.operator.builders import names
 from pagoda.operator.builders.context import Isvc
-from pagoda.operator.kube import DEPLOYMENT, INFERENCE_SERVICE, POD, Kube, merge_patch
+from pagoda.operator.kube import DEPLOYMENT, INFERENCE_SERVICE, POD, Kube, get_live, merge_patch
 from pagoda.operator.rollout.canary import Observed, decide
 from pagoda.operator.status import deployment_problem, pod_problem
 
@@ -56,10 +56,8 @@ class RolloutSync:
 
     def tick(self, namespace: str, name: str, uid: str | None = None) -> bool:
         """One round; False once the InferenceService (of this uid) is gone."""
-        body = self.kube.get(INFERENCE_SERVICE, namespace, name)
-        if body is None or body["metadata"].get("deletionTimestamp"):
-            return False
-        if uid is not None and body["metadata"].get("uid") != uid:
+        body = get_live(self.kube, INFERENCE_SERVICE, namespace, name, uid)
+        if body is None:
             return False
         raw = body.get("status") or {}
         if "observedGeneration" not in raw:
