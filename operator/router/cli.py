@@ -78,7 +78,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--revision-weights",
         default=None,
         metavar="REV=W,...",
-        help="share of traffic per model revision, e.g. v1=90,v2=10 (default: by load alone)",
+        help="fixed share of traffic per model revision, e.g. v1=90,v2=10 (default: a "
+        "canary's status.rollout.weights, read from the InferenceService; else by load alone)",
     )
     route.add_argument(
         "--chunk-chars",
