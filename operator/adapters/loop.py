@@ -12,7 +12,6 @@ version roll resumes where it was.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import threading
 import time
@@ -37,16 +36,13 @@ from pagoda.operator.builders import names
 from pagoda.operator.builders.adapters import READINESS_GATE, adapter_path
 from pagoda.operator.builders.context import Isvc
 from pagoda.operator.kube import INFERENCE_SERVICE, POD, Kube, get_live
+from pagoda.operator.reconcile import utc_now
 
 log = logging.getLogger(__name__)
 
 SYNC_S = 2.0
 PostEvent = Callable[[Mapping[str, Any], str, str, str], None]
 Reconcile = Callable[[str, str, str], None]
-
-
-def utc_now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -32,6 +32,9 @@ class RouterReading:
     held: int
     received: int
     engines: tuple[Mapping[str, Any], ...]
+    # per revision: attempts, engine errors, time-to-first-byte buckets (canary analysis)
+    revisions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    ttfb_bounds: tuple[float, ...] = ()
 
 
 def ready_pods(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -62,6 +65,8 @@ def read_routers(
                 int(stats.get("held", 0)),
                 int(stats.get("requests_received", 0)),
                 tuple(stats.get("engines", ())),
+                dict(stats.get("revisions") or {}),
+                tuple(stats.get("ttfb_bounds") or ()),
             )
         except (httpx.HTTPError, ValueError, TypeError) as exc:
             log.info("router %s: no stats: %s", pod["metadata"]["name"], exc)

@@ -17,7 +17,7 @@ import httpx
 
 from pagoda.operator import metrics
 from pagoda.operator.api.types import InferenceServiceStatus, RevisionCounts
-from pagoda.operator.autoscaler.signals import READ_TIMEOUT_S, ready_pods
+from pagoda.operator.autoscaler.signals import read_routers, ready_pods
 from pagoda.operator.builders import names
 from pagoda.operator.builders.context import Isvc
 from pagoda.operator.kube import DEPLOYMENT, INFERENCE_SERVICE, POD, Kube, get_live, merge_patch
@@ -122,21 +122,14 @@ class RolloutSync:
         ready router answered (a step is never judged on part of the traffic)."""
         selector = names.selector_string(names.router_selector(isvc) | names.MANAGED_BY_LABEL)
         routers = ready_pods(self.kube.list(POD, isvc.namespace, selector))
-        if not routers:
+        readings, unanswered = read_routers(self.http, routers)
+        if not readings or unanswered:
             return None, ()
         totals: dict[str, RevisionCounts] = {}
-        bounds: Sequence[float] = ()
-        for pod in routers:
-            url = f"http://{pod['status']['podIP']}:{names.ROUTER_PORT}/stats"
-            try:
-                stats = self.http.get(url, timeout=READ_TIMEOUT_S).raise_for_status().json()
-            except (httpx.HTTPError, ValueError) as exc:
-                log.info("router %s did not answer: %s", pod["metadata"]["name"], exc)
-                return None, ()
-            bounds = stats.get("ttfb_bounds") or bounds
-            for revision, counts in (stats.get("revisions") or {}).items():
+        for reading in readings:
+            for revision, counts in reading.revisions.items():
                 _add(totals.setdefault(revision, RevisionCounts()), counts)
-        return totals, bounds
+        return totals, readings[0].ttfb_bounds
 
 
 def _export(namespace: str, name: str, rollout) -> None:
