@@ -8,7 +8,6 @@ standby replica that took over — converges on the same objects and never dupli
 
 from __future__ import annotations
 
-import datetime
 import logging
 import threading
 import time
@@ -32,16 +31,13 @@ from pagoda.operator.status import (
     current_adapters,
     transitions,
 )
+from pagoda.operator.timestamps import utc_now
 
 log = logging.getLogger(__name__)
 
 # (owner body, event type, reason, message)
 PostEvent = Callable[[Mapping[str, Any], str, str, str], None]
 Adopt = Callable[[dict[str, Any], Mapping[str, Any]], None]
-
-
-def utc_now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def change_action(

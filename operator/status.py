@@ -9,8 +9,8 @@ Deployments of its revisions and their pods.
   a child built from the spec, an engine refused an adapter (AdapterLoadFailed), or a
   canary rolled back (RolledBack, with status.rollout's reason).
 - AdaptersReady: every adapter of spec.adapters, at its spec version, is loaded on every
-  engine pod whose engine is up, as `status.adapters` (written by operator/adapters/)
-  reports the engines' own lists.
+  engine pod whose engine is up and no version roll is under way, as `status.adapters`
+  (written by operator/adapters/) reports the engines' own lists.
 """
 
 from __future__ import annotations
@@ -109,6 +109,21 @@ def current_adapters(isvc: Isvc, adapters: list[AdapterStatus]) -> list[AdapterS
 
 def adapter_problem(adapters: list[AdapterStatus]) -> Problem | None:
     for adapter in adapters:
+        roll = adapter.roll
+        if (
+            roll is not None
+            and roll.version == adapter.version
+            and "Failed"
+            in (
+                roll.phase,
+                roll.outcome,
+            )
+        ):
+            return Problem(
+                "AdapterLoadFailed",
+                f"adapter {adapter.name}: {roll.message} (fix spec.adapters: a new uri or "
+                "version is rolled to again)",
+            )
         for pod in adapter.pods:
             if pod.state == "failed" and pod.version == adapter.version:
                 return Problem(
@@ -132,6 +147,13 @@ def adapters_condition(isvc: Isvc, observed: Observed) -> tuple[str, str, str]:
     pods = max(len(a.pods) for a in current.values())
     if pods == 0:
         return "False", "NoEngines", "no engine pod is up to load the adapters"
+    rolling = [
+        f"{a.name} {a.stable_version} to {a.roll.version}: {a.roll.phase}, {a.roll.message}"
+        for a in current.values()
+        if a.roll is not None
+    ]
+    if rolling:
+        return "False", "AdaptersRolling", "; ".join(rolling)
     loading = [
         f"{a.name} {a.version} ({a.loaded}/{len(a.pods)} pods)"
         for a in current.values()

@@ -1,17 +1,19 @@
 """One adapter round for one InferenceService, every `SYNC_S`: ask each engine pod which
-adapters it serves, load, replace and unload to match spec.adapters (plan.py decides),
-open each new pod's readiness gate once its adapters are there, and tell the outcome in
-`status.adapters`, Events and (through a reconcile) the AdaptersReady and Degraded
-conditions.
+adapters it serves, load, replace and unload to match spec.adapters (roll.py says which
+copies each pod holds while a version rolls, plan.py what to do on each pod), open each
+new pod's readiness gate once its adapters are there, move each roll on, and tell the
+outcome in `status.adapters` (which the routers read for a roll's traffic split),
+Events and (through a reconcile) the AdaptersReady and Degraded conditions.
 
 The memory of failed loads lives in this process, per engine container: a restarted
 container is asked again, and so is a restarted operator's (once: the engine refuses a
-bad adapter the same way again). What each pod served is read back from the status, so a
-version roll resumes where it was.
+bad adapter the same way again). Each roll's phase and step live in the status, so a
+restarted operator resumes it where it was.
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
 import threading
 import time
@@ -31,12 +33,22 @@ from pagoda.operator.adapters.plan import (
     plan_pod,
     serves_some_version,
 )
-from pagoda.operator.api.types import AdapterOnPod, AdapterStatus
+from pagoda.operator.adapters.roll import (
+    Rolled,
+    Stable,
+    advance,
+    engine_wanted,
+    reported_name,
+    stable_of,
+    steps_of,
+)
+from pagoda.operator.api.types import Adapter, AdapterOnPod, AdapterRoll, AdapterStatus
+from pagoda.operator.autoscaler.signals import read_routers, ready_pods
 from pagoda.operator.builders import names
-from pagoda.operator.builders.adapters import READINESS_GATE, adapter_path
+from pagoda.operator.builders.adapters import READINESS_GATE
 from pagoda.operator.builders.context import Isvc
 from pagoda.operator.kube import INFERENCE_SERVICE, POD, Kube, get_live
-from pagoda.operator.reconcile import utc_now
+from pagoda.operator.timestamps import utc_stamp
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +73,14 @@ class AdapterSync:
         reconcile: Reconcile,
         engine_api_key: str | None = None,
         clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], str] = utc_now,
+        now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
     ) -> None:
         self.kube = kube
         self.post_event = post_event
         self.reconcile = reconcile
         self.engine_api_key = engine_api_key
         self.clock = clock
-        self.wall = wall
+        self.now = now
         self.http = httpx.Client()
         self._memory: dict[str, _Isvc] = {}
         self._lock = threading.Lock()
@@ -92,10 +104,12 @@ class AdapterSync:
         with self._lock:
             memory = self._memory.setdefault(f"{namespace}/{name}", _Isvc())
         previous = [AdapterStatus.model_validate(a) for a in written or []]
-        status = self._sync(isvc, memory, previous)
+        status, events = self._sync(isvc, memory, previous)
         dumped = [a.dump() for a in status]
         if dumped != written:
             self._write(isvc, dumped)
+        for kind, reason, message in events:
+            self.post_event(body, kind, reason, message)
         self._announce(body, isvc, memory, status)
         return True
 
@@ -103,33 +117,51 @@ class AdapterSync:
 
     def _sync(
         self, isvc: Isvc, memory: _Isvc, previous: list[AdapterStatus]
-    ) -> list[AdapterStatus]:
-        wanted = [Wanted(a.name, adapter_path(a.uri), a.version) for a in isvc.spec.adapters]
+    ) -> tuple[list[AdapterStatus], list[tuple[str, str, str]]]:
+        """This round's status.adapters, and the Events to post."""
+        last = {a.name: a for a in previous}
+        copies_of = {
+            spec.name: engine_wanted(spec, stable_of(spec, last.get(spec.name)) or _new(spec),
+                                     _roll(last.get(spec.name)))
+            for spec in isvc.spec.adapters
+        }  # fmt: skip
+        wanted = [w for copies in copies_of.values() for w in copies]
         before = {(a.name, p.pod): p for a in previous for p in a.pods}
         pods = sorted(_engine_pods(self.kube, isvc), key=lambda p: p["metadata"]["name"])
-        rolling = _rolling(wanted, previous)
         live: set[str] = set()
-        states: dict[str, list[OnPod]] = {}
+        copies: dict[str, dict[str, OnPod]] = {}
         for pod in pods:
             key = _container_key(pod)
             live.add(key)
             pod_memory = memory.containers.get(key)
             if pod_memory is None:
-                pod_memory = memory.containers[key] = _seed(pod, wanted, before)
-            on_pod = self._sync_pod(isvc, pod, wanted, pod_memory, rolling)
+                pod_memory = memory.containers[key] = _seed(isvc, last)
+            on_pod = self._sync_pod(isvc, pod, wanted, pod_memory)
             if on_pod is not None:
-                states[pod["metadata"]["name"]] = on_pod
+                copies[pod["metadata"]["name"]] = {s.name: s for s in on_pod}
         for key in set(memory.containers) - live:  # restarted or gone
             del memory.containers[key]
-        return _status(wanted, states, before, self.wall())
+        retiring = any((a.roll and a.roll.phase) == "Retiring" for a in previous)
+        splitting = self._splitting(isvc) if retiring else set()
+        steps, now = steps_of(isvc.spec.rollout), self.now()
+        status, events = [], []
+        for spec in isvc.spec.adapters:
+            rolled = advance(spec, last.get(spec.name), copies, splitting, steps, now)
+            status.append(_status(spec, rolled, copies, before, utc_stamp(now)))
+            events += rolled.events
+        return status, events
+
+    def _splitting(self, isvc: Isvc) -> set[str] | None:
+        """The adapters any ready router still splits; None unless every one answered."""
+        selector = names.selector_string(names.router_selector(isvc) | names.MANAGED_BY_LABEL)
+        routers = ready_pods(self.kube.list(POD, isvc.namespace, selector))
+        readings, unanswered = read_routers(self.http, routers)
+        if unanswered:
+            return None
+        return {name for reading in readings for name in reading.adapter_splits}
 
     def _sync_pod(
-        self,
-        isvc: Isvc,
-        pod: Mapping[str, Any],
-        wanted: list[Wanted],
-        memory: PodMemory,
-        rolling: dict[str, str],
+        self, isvc: Isvc, pod: Mapping[str, Any], wanted: list[Wanted], memory: PodMemory
     ) -> list[OnPod] | None:
         """The adapters' states on one pod, None while its engine cannot say (starting,
         not answering, or a pod of a template from before spec.adapters)."""
@@ -143,15 +175,8 @@ class AdapterSync:
         except (Unanswered, Refused) as exc:
             log.info("%s/%s: %s lists no adapters: %s", isvc.namespace, isvc.name, name, exc)
             return None
-
-        def may_replace(adapter: str) -> bool:
-            holder = rolling.get(adapter)
-            if holder is None:
-                rolling[adapter] = name
-            return rolling[adapter] == name
-
         now = self.clock()
-        actions, states = plan_pod(wanted, reported, memory, may_replace, now)
+        actions, states = plan_pod(wanted, reported, memory, now)
         by_name = {w.name: w for w in wanted}
         for action in actions:
             if action.kind == "unload":
@@ -222,7 +247,7 @@ class AdapterSync:
             "status": "True" if ready else "False",
             "reason": "AdaptersLoaded" if ready else "EngineStarting",
             "message": message,
-            "lastTransitionTime": self.wall(),
+            "lastTransitionTime": utc_stamp(self.now()),
         }
         self.kube.set_pod_condition(isvc.namespace, pod["metadata"]["name"], condition)
 
@@ -275,53 +300,55 @@ def _gate_status(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _seed(
-    pod: Mapping[str, Any], wanted: list[Wanted], before: Mapping[tuple[str, str], AdapterOnPod]
-) -> PodMemory:
-    """A container seen for the first time: what the status says it served (an operator
-    that restarted mid-roll knows which pods still serve the old version)."""
+def _new(spec: Adapter) -> Stable:
+    return Stable(spec.version, spec.uri)
+
+
+def _roll(status: AdapterStatus | None) -> AdapterRoll | None:
+    return status.roll if status is not None else None
+
+
+def _seed(isvc: Isvc, last: Mapping[str, AdapterStatus]) -> PodMemory:
+    """A container seen for the first time: each adapter's own name serves the stable
+    version as far as this operator knows (one that restarted mid-roll reloads a copy it
+    cannot vouch for, rather than count an old one as new)."""
     memory = PodMemory()
-    for want in wanted:
-        seen = before.get((want.name, pod["metadata"]["name"]))
-        if seen is not None and seen.state == "loaded":
-            memory.loaded[want.name] = seen.version
+    for spec in isvc.spec.adapters:
+        stable = stable_of(spec, last.get(spec.name))
+        if stable is not None:
+            memory.loaded[spec.name] = stable.version
     return memory
 
 
-def _rolling(wanted: list[Wanted], previous: list[AdapterStatus]) -> dict[str, str]:
-    """{adapter: the pod replacing it now}; a version that failed anywhere rolls no
-    further (the pod that failed holds the roll)."""
-    versions = {w.name: w.version for w in wanted}
-    rolling = {}
-    for adapter in previous:
-        for pod in adapter.pods:
-            same = pod.version == versions.get(adapter.name)
-            busy = pod.state == "failed" or "replacing" in pod.message
-            if same and busy and adapter.name not in rolling:
-                rolling[adapter.name] = pod.pod
-    return rolling
-
-
 def _status(
-    wanted: list[Wanted],
-    states: Mapping[str, list[OnPod]],
+    spec: Adapter,
+    rolled: Rolled,
+    copies: Mapping[str, Mapping[str, OnPod]],
     before: Mapping[tuple[str, str], AdapterOnPod],
     now: str,
-) -> list[AdapterStatus]:
-    out = []
-    for want in wanted:
-        pods = []
-        for pod, on_pod in sorted(states.items()):
-            state = next(s for s in on_pod if s.name == want.name)
-            old = before.get((want.name, pod))
-            same = old is not None and (old.state, old.version) == (state.state, state.version)
-            since = old.since if same else now
-            pods.append(
-                AdapterOnPod(
-                    pod=pod, state=state.state, version=state.version,
-                    message=state.message[:512], since=since,
-                )
-            )  # fmt: skip
-        loaded = sum(p.state == "loaded" for p in pods)
-        out.append(AdapterStatus(name=want.name, version=want.version, loaded=loaded, pods=pods))
-    return out
+) -> AdapterStatus:
+    """One adapter's status: per pod, the state of the copy that holds the new version."""
+    shown = reported_name(spec, rolled.roll)
+    version = rolled.roll.version if shown != spec.name and rolled.roll else rolled.stable.version
+    pods = []
+    for pod, on_pod in sorted(copies.items()):
+        state = on_pod.get(shown) or OnPod(shown, version, "loading", "loading")
+        old = before.get((spec.name, pod))
+        same = old is not None and (old.state, old.version) == (state.state, state.version)
+        since = old.since if same else now
+        pods.append(
+            AdapterOnPod(
+                pod=pod, state=state.state, version=state.version,
+                message=state.message[:512], since=since,
+            )
+        )  # fmt: skip
+    loaded = sum(p.state == "loaded" and p.version == spec.version for p in pods)
+    return AdapterStatus(
+        name=spec.name,
+        version=spec.version,
+        loaded=loaded,
+        pods=pods,
+        stable_version=rolled.stable.version,
+        stable_uri=rolled.stable.uri,
+        roll=rolled.roll,
+    )

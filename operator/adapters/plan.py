@@ -1,15 +1,15 @@
 """What to do with one engine pod's adapters, decided from what its engine reports.
 
-Pure: the desired adapters, the engine's own list (GET /v1/lora_adapters) and what this
-operator remembers of earlier attempts in, the actions and each adapter's state on the
+Pure: the copies the pod should hold (roll.py says which: during a version roll, the
+new version beside the old one), the engine's own list (GET /v1/lora_adapters) and what
+this operator remembers of earlier attempts in, the actions and each copy's state on the
 pod out. The rules:
 
-- an adapter the engine lacks is loaded; one it has but the spec no longer names is
-  unloaded (the engine lets its requests in flight finish);
-- a new version (another `uri`, or the same folder under another `version`) replaces the
-  old one in place, on one pod at a time across the InferenceService, and never where
-  the new version already failed: a bad version stops its own roll while every other pod
-  keeps serving the old one;
+- a copy the engine lacks is loaded; one it has but nobody wants is unloaded (the engine
+  lets its requests in flight finish);
+- a copy of another version (another folder, or the same folder under another
+  `version`) is replaced in place: roll.py asks for that only once no request is
+  routed to it;
 - a load the engine refused (a bad folder, a rank above --max-lora-rank, another base
   model) is `failed` with the engine's message and not retried for that version on that
   container; one the engine did not answer is retried with backoff, then failed.
@@ -17,7 +17,7 @@ pod out. The rules:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 # the engine's states (GET /v1/lora_adapters) in which it serves the adapter
@@ -84,14 +84,9 @@ def backoff_s(failures: int) -> float:
 
 
 def plan_pod(
-    wanted: Iterable[Wanted],
-    reported: Mapping[str, Reported],
-    memory: PodMemory,
-    may_replace: Callable[[str], bool],
-    now: float,
+    wanted: Iterable[Wanted], reported: Mapping[str, Reported], memory: PodMemory, now: float
 ) -> tuple[list[Action], list[OnPod]]:
-    """(actions, states) for one pod; `may_replace(name)` says whether this pod may start
-    replacing the adapter now (one pod at a time)."""
+    """(actions, states) for one pod."""
     actions: list[Action] = []
     states: list[OnPod] = []
     wanted = list(wanted)
@@ -105,13 +100,9 @@ def plan_pod(
         if have is None:
             actions.append(Action("load", want.name, want.path))
             states.append(OnPod(want.name, want.version, "loading", "loading"))
-        elif may_replace(want.name):
+        else:
             actions.append(Action("replace", want.name, want.path))
             states.append(OnPod(want.name, want.version, "loading", "replacing the old version"))
-        else:
-            states.append(
-                OnPod(want.name, want.version, "loading", "waiting for another pod's roll")
-            )
     names = {w.name for w in wanted}
     actions += [Action("unload", name) for name in sorted(reported) if name not in names]
     return actions, states

@@ -99,8 +99,11 @@ class Adapter(ApiModel):
     one on another claim or folder rolls the pods to mount it."""
 
     version: str = Field(default="v1", pattern=DNS_LABEL, max_length=63)
-    """The adapter's version. Changing it (or `uri`) reloads the adapter on every pod,
-    one pod at a time; requests in flight finish on the old weights."""
+    """The adapter's version. Changing it (or `uri`) rolls the adapter: every pod loads
+    the new version beside the old one (as `NAME@VERSION`), the routers move the
+    adapter's requests to it (in the steps of `rollout.steps` when the strategy is
+    `Canary`, else at once), then the old copy is replaced and the new one's extra copy
+    unloaded once its requests in flight are answered. Clients keep sending `NAME`."""
 
 
 class EngineSpec(ApiModel):
@@ -640,6 +643,48 @@ class AdapterOnPod(ApiModel):
     """When the pod entered this state (RFC 3339)."""
 
 
+class AdapterRoll(ApiModel):
+    """An adapter's version roll in progress, or the last one when it failed: enough for
+    a restarted operator to resume it."""
+
+    phase: Literal["Staging", "Shifting", "Promoting", "Retiring", "Failed"]
+    """`Staging`: every pod loads the new version beside the old one, as `stagedAs`;
+    `Shifting`: the routers send `weight`% of the adapter's requests to it, step by
+    step; `Promoting`: every request goes to it while each pod's copy under the
+    adapter's own name is replaced by the new version; `Retiring`: the routers send the
+    adapter's requests to its own name again, and once every router has stopped
+    sending any to `stagedAs`, that copy is unloaded; `Failed`: a pod refused the new
+    version (see `message`), the old one serves on, and the version is not tried again
+    until `uri` or `version` changes."""
+
+    version: str
+    """The version rolled to."""
+
+    uri: str
+    """Where the version rolled to lives."""
+
+    staged_as: str
+    """The engines' name for the new version while it rolls beside the old one
+    (`NAME@VERSION`); responses answered by it name it as their `model`."""
+
+    step: int = 0
+    """The current step (0-based index into spec.rollout.steps; one step of 100% when
+    the strategy is not Canary)."""
+
+    weight: int = Field(default=0, ge=0, le=100)
+    """Percent of the adapter's requests the routers send to `stagedAs` now."""
+
+    step_started_at: str | None = None
+    """When the current step began (RFC 3339)."""
+
+    outcome: Literal["Succeeded", "Failed", "Superseded"] | None = None
+    """While `Retiring`: why the staged copy goes (`Superseded`: the spec named another
+    version or went back to the old one mid-roll)."""
+
+    message: str = ""
+    """Where the roll stands, or why it failed."""
+
+
 class AdapterStatus(ApiModel):
     """One adapter of spec.adapters across the engine pods."""
 
@@ -653,7 +698,17 @@ class AdapterStatus(ApiModel):
     """Engine pods that serve this version."""
 
     pods: list[AdapterOnPod] = Field(default_factory=list)
-    """Its state on each running engine pod."""
+    """Its state on each running engine pod: during a roll, the new version's copy."""
+
+    stable_version: str | None = None
+    """The version the engines serve under the adapter's own name: the old one while a
+    roll is under way or after it failed."""
+
+    stable_uri: str | None = None
+    """Where `stableVersion` lives (pods that start during a roll load it from here)."""
+
+    roll: AdapterRoll | None = None
+    """The version roll under way, or the last one if it failed."""
 
 
 class InferenceServiceStatus(ApiModel):

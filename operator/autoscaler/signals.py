@@ -35,6 +35,8 @@ class RouterReading:
     # per revision: attempts, engine errors, time-to-first-byte buckets (canary analysis)
     revisions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     ttfb_bounds: tuple[float, ...] = ()
+    # adapter version rolls the router applies now: {adapter: [copy, percent]}
+    adapter_splits: Mapping[str, Any] = field(default_factory=dict)
 
 
 def ready_pods(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -67,6 +69,7 @@ def read_routers(
                 tuple(stats.get("engines", ())),
                 dict(stats.get("revisions") or {}),
                 tuple(stats.get("ttfb_bounds") or ()),
+                dict(stats.get("adapter_splits") or {}),
             )
         except (httpx.HTTPError, ValueError, TypeError) as exc:
             log.info("router %s: no stats: %s", pod["metadata"]["name"], exc)

@@ -30,6 +30,7 @@ from pagoda.operator.api.types import (
     RolloutStatus,
 )
 from pagoda.operator.status import Problem
+from pagoda.operator.timestamps import parse_utc, utc_stamp
 
 KEPT_ANALYSES = 20
 Event = tuple[str, str, str]  # (type, reason, message)
@@ -52,14 +53,6 @@ def canary_replicas(replicas: int, weight: int) -> int:
     if weight >= 100:
         return replicas
     return max(1, math.ceil(replicas * weight / 100))
-
-
-def _stamp(now: datetime.datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse(stamp: str) -> datetime.datetime:
-    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
 
 
 def _weights(stable: str, revision: str, weight: int) -> dict[str, int]:
@@ -104,8 +97,8 @@ def _start(spec: Rollout, revision: str, stable: str, now: datetime.datetime):
         stable_revision=stable,
         step=0,
         weights=_weights(stable, revision, weight),
-        started_at=_stamp(now),
-        step_scaled_at=_stamp(now),
+        started_at=utc_stamp(now),
+        step_scaled_at=utc_stamp(now),
         message=f"step 1/{len(spec.steps)}: starting the pods of revision {revision}",
     )
     message = f"canary of revision {revision} beside {stable}: {len(spec.steps)} steps"
@@ -126,10 +119,10 @@ def _advance(
         return _roll_back(status, problem.reason, f"{of}: {problem.message}")
     if status.step_started_at is None:
         wanted = canary_replicas(replicas, step.weight)
-        waited = (now - _parse(status.step_scaled_at)).total_seconds()
+        waited = (now - parse_utc(status.step_scaled_at)).total_seconds()
         if observed.canary_ready >= wanted and observed.totals is not None:
             begun = status.model_copy(
-                update={"step_started_at": _stamp(now), "baseline": dict(observed.totals),
+                update={"step_started_at": utc_stamp(now), "baseline": dict(observed.totals),
                         "message": f"{of}: {step.weight}% of traffic to {status.revision}"}
             )  # fmt: skip
             return begun, []
@@ -143,7 +136,7 @@ def _advance(
         return status, []
     if observed.totals is None:
         return status, []  # no router answered: judge nothing, wait for them
-    elapsed = (now - _parse(status.step_started_at)).total_seconds()
+    elapsed = (now - parse_utc(status.step_started_at)).total_seconds()
     result = analyse(status, spec.analysis, observed, final=elapsed >= step.pause_seconds, now=now)
     if result is None:
         return status, []
@@ -162,7 +155,7 @@ def _advance(
             "step": status.step + 1,
             "weights": _weights(status.stable_revision, status.revision, following.weight),
             "step_started_at": None,
-            "step_scaled_at": _stamp(now),
+            "step_scaled_at": utc_stamp(now),
             "baseline": {},
             "message": f"step {status.step + 2}/{len(spec.steps)}: starting its pods",
         }
@@ -236,7 +229,7 @@ def analyse(
         return CanaryAnalysisResult(
             step=status.step, passed=passed, requests=canary.requests, errors=canary.errors,
             ttft_p90_seconds=p90, stable_ttft_p90_seconds=stable_p90, message=message,
-            time=_stamp(now),
+            time=utc_stamp(now),
         )  # fmt: skip
 
     if judged and rate > spec.max_error_rate:

@@ -6,7 +6,8 @@
 - `GET /health`: 200 while the router runs (it holds requests when no engine is routable);
 - `GET /metrics`: the router's metrics (`pagoda_router:`);
 - `GET /stats`: JSON: requests held and received, routable engines, each engine's state and
-  load (what the autoscaler reads).
+  load (what the autoscaler reads), the traffic splits applied and per-revision counts
+  (what the rollouts read).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pagoda.operator.router.metrics import RouterMetrics
 from pagoda.operator.router.probes import Prober
 from pagoda.operator.router.proxy import Forwarder
 from pagoda.operator.router.settings import RouterSettings
-from pagoda.operator.router.weights import RolloutWeights
+from pagoda.operator.router.weights import RolloutWeights, Traffic
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +67,12 @@ class Router:
         await self.prober.start()
         self._tasks.append(asyncio.ensure_future(self.discovery.run(self.engines, self._changed)))
         if self.weights is not None:
-            self._tasks.append(asyncio.ensure_future(self.weights.run(self._set_weights)))
+            self._tasks.append(asyncio.ensure_future(self.weights.run(self._set_traffic)))
 
-    def _set_weights(self, weights: dict[str, float] | None) -> None:
-        self.forwarder.revision_weights = weights
+    def _set_traffic(self, traffic: Traffic) -> None:
+        if self.settings.routing.revision_weights is None:  # else --revision-weights holds
+            self.forwarder.revision_weights = traffic.revisions
+        self.forwarder.adapter_splits = traffic.adapters
 
     async def _changed(self) -> None:
         """The discovery changed the set: probe the new engines, wake held requests."""
@@ -119,6 +122,9 @@ class Router:
                 "routable_engines": len(self.engines.routable()),
                 "engines": self.engines.snapshot(),
                 "revision_weights": self.forwarder.revision_weights,
+                # adapter version rolls: {adapter: [its new version's copy, percent]}
+                # (the operator unloads a copy once no router sends to it)
+                "adapter_splits": self.forwarder.adapter_splits,
                 # per revision: attempts, engine errors, time-to-first-byte histogram
                 # (the canary analysis reads differences of these)
                 **self.forwarder.revision_stats.snapshot(),

@@ -195,12 +195,13 @@ def discovery_from(args: argparse.Namespace):
 
 
 def weights_from(args: argparse.Namespace, discovery):
-    """Canary weights from the InferenceService's status, unless --revision-weights fixes
-    them (or there is no InferenceService: --endpoints)."""
+    """Traffic splits from the InferenceService's status (a canary's revision weights,
+    unless --revision-weights fixes them, and adapter rolls' splits); none without an
+    InferenceService (--endpoints)."""
     from pagoda.operator.router.discovery import PodDiscovery
     from pagoda.operator.router.weights import RolloutWeights
 
-    if args.revision_weights or not isinstance(discovery, PodDiscovery):
+    if not isinstance(discovery, PodDiscovery):
         return None
     return RolloutWeights(args.inference_service, discovery.namespace)
 

@@ -39,6 +39,13 @@ class RouterMetrics:
             ["reason"],
             registry=r,
         )
+        self.adapter_copies = Counter(
+            "pagoda_router:adapter_roll_requests",
+            "Requests for an adapter sent to its new version's copy while the version "
+            "rolls, by adapter.",
+            ["adapter"],
+            registry=r,
+        )
         self.held = Gauge(
             "pagoda_router:requests_held", "Requests waiting for a routable engine.", registry=r
         )

@@ -29,7 +29,7 @@ from pagoda.operator.router.engines import Engine, EngineSet
 from pagoda.operator.router.holding import Holding, HoldRefused
 from pagoda.operator.router.metrics import RouterMetrics
 from pagoda.operator.router.prefix import PrefixIndex, chunk_hashes
-from pagoda.operator.router.requests import RoutingInfo
+from pagoda.operator.router.requests import RoutingInfo, renamed_adapter
 from pagoda.operator.router.revisions import RevisionStats
 from pagoda.operator.router.scoring import Choice, choose, pick_revision
 from pagoda.operator.router.settings import RoutingSettings
@@ -74,6 +74,8 @@ class Forwarder:
         # {revision: weight} (None: every revision alike): --revision-weights, or what the
         # InferenceService's canary rollout asks for (weights.py keeps it current)
         self.revision_weights = settings.revision_weights
+        # {adapter: (its new version's copy, percent)} while adapter versions roll
+        self.adapter_splits: dict[str, tuple[str, int]] = {}
         engines.on_removed.append(self._forget)
         self._sessions: dict[str, aiohttp.ClientSession] = {}
         self._rng = random.Random()
@@ -110,6 +112,7 @@ class Forwarder:
         body = await request.read() if request.method == "POST" else b""
         info = RoutingInfo.from_body(body, chat) if body else RoutingInfo()
         adapter = info.lora_name or (info.model if self.engines.known_adapter(info.model) else None)
+        adapter, body = self._adapter_copy(adapter, body)
         hashes = chunk_hashes(info.text, adapter, self.settings.chunk_chars) if info.text else []
         tried: set[str] = set()
         reset_once: set[str] = set()  # engines given a second chance after a reset
@@ -131,6 +134,18 @@ class Forwarder:
                 reset_once.add(engine.name)
         self.metrics.requests.labels("none", "engine_error").inc()
         return _error(502, f"every engine tried failed ({', '.join(sorted(tried))})", 1)
+
+    def _adapter_copy(self, adapter: str | None, body: bytes) -> tuple[str | None, bytes]:
+        """While an adapter's version rolls, its share of requests goes to the new
+        version's copy: the body names that copy in place of the adapter."""
+        split = self.adapter_splits.get(adapter) if adapter is not None else None
+        if split is None:
+            return adapter, body
+        copy, percent = split
+        if self._rng.random() * 100 >= percent or not self.engines.routable(copy):
+            return adapter, body  # the old version's share, or no engine serves the copy yet
+        self.metrics.adapter_copies.labels(adapter).inc()
+        return copy, renamed_adapter(body, adapter, copy)
 
     async def _pick(
         self, adapter: str | None, hashes: list[bytes], tried: set[str]

@@ -33,6 +33,16 @@ class RoutingInfo:
         )
 
 
+def renamed_adapter(body: bytes, name: str, to: str) -> bytes:
+    """The body with `model` and `lora_name` naming adapter `to` where they named `name`
+    (only called for a body from_body could read)."""
+    data = json.loads(body)
+    for key in ("model", "lora_name"):
+        if data.get(key) == name:
+            data[key] = to
+    return json.dumps(data).encode()
+
+
 def _prompt_text(prompt) -> str:
     """A completion's prompt: a string, token ids, or a batch of either (routed by its
     first prompt)."""

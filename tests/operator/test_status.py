@@ -222,6 +222,34 @@ def test_a_status_of_an_older_adapter_version_does_not_count(make_isvc):
     assert conds(status)["AdaptersReady"] == ("False", "AdaptersLoading")
 
 
+def test_a_rolling_adapter_is_not_ready_and_a_failed_roll_degrades(make_isvc):
+    from pagoda.operator.api.types import AdapterRoll
+
+    isvc = make_isvc(replicas=1, adapters=ADAPTERS)
+    (staged,) = adapter_status(("a", "loaded", ""))
+    roll = AdapterRoll(
+        phase="Shifting",
+        version="v2",
+        uri="pvc://adapters/sql",
+        staged_as="sql@v2",
+        weight=25,
+        message="step 1/2: 25% of requests to v2",
+    )
+    rolling = staged.model_copy(update={"stable_version": "v1", "roll": roll})
+    ok = [deployment(replicas=1, ready=1, updated=1)]
+    status = compute_status(isvc, Observed(ok, [], adapters=[rolling]), None, NOW)
+    assert conds(status)["AdaptersReady"] == ("False", "AdaptersRolling")
+    assert "sql v1 to v2: Shifting, step 1/2" in status.conditions[-1].message
+    failed_roll = roll.model_copy(
+        update={"phase": "Failed", "message": "version v2 refused on a: bad rank; v1 serves on"}
+    )
+    failed = rolling.model_copy(update={"roll": failed_roll, "loaded": 0})
+    status = compute_status(isvc, Observed(ok, [], adapters=[failed]), None, NOW)
+    assert conds(status)["AdaptersReady"] == ("False", "AdapterLoadFailed")
+    assert conds(status)["Degraded"] == ("True", "AdapterLoadFailed")
+    assert conds(status)["Ready"][0] == "True"  # the old version serves on
+
+
 # -- canary rollouts -----------------------------------------------------------------------
 
 

@@ -17,9 +17,9 @@ SQL_V2 = Wanted("sql", "/adapters/a/sql-v2", "v2")
 CHAT = Wanted("chat", "/adapters/a/chat", "v1")
 
 
-def plan(wanted, reported, memory=None, may_replace=lambda name: True, now=100.0):
+def plan(wanted, reported, memory=None, now=100.0):
     reported = {r.name: r for r in reported}
-    return plan_pod(wanted, reported, memory or PodMemory(), may_replace, now)
+    return plan_pod(wanted, reported, memory or PodMemory(), now)
 
 
 def states(on_pod) -> dict[str, tuple[str, str]]:
@@ -49,13 +49,11 @@ def test_the_engines_own_states_are_reported():
     assert states(loading) == {"sql": ("loading", "v1")}
 
 
-def test_a_new_folder_replaces_in_place_one_pod_at_a_time():
+def test_a_copy_from_another_folder_is_replaced_in_place():
     reported = [Reported("sql", SQL.path, "gpu")]
     actions, on_pod = plan([SQL_V2], reported)
     assert actions == [Action("replace", "sql", SQL_V2.path)]
     assert states(on_pod) == {"sql": ("loading", "v2")}
-    held, waiting = plan([SQL_V2], reported, may_replace=lambda name: False)
-    assert held == [] and "another pod" in waiting[0].message
 
 
 def test_a_new_version_of_the_same_folder_is_reloaded():
