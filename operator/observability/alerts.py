@@ -197,8 +197,9 @@ OPERATOR = [
         "{{ $labels.namespace }}/{{ $labels.inferenceservice }}: an adapter of spec.adapters "
         "failed to load",
         "An engine refused an adapter the spec asks for (its folder, rank or base model); "
-        "its requests get 404 from the pods that failed it, and a version roll stops "
-        "there. kubectl describe pisvc shows the engine's message.",
+        "a new adapter's requests get 404 from the pods that failed it, and a new version "
+        "stops rolling while the old one serves on. kubectl describe pisvc shows the "
+        "engine's message.",
     ),
     Alert(
         "PagodaOperatorDown",

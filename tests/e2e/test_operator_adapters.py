@@ -1,10 +1,12 @@
 """spec.adapters on a running InferenceService: real `pagoda serve` engines behind real
 routers, PEFT adapters made by peft itself, and a continuous load of base and adapter
 requests through the routers that must see no failure while adapters are added, rolled
-to a new version, refused, removed, and while an engine pod is replaced mid-roll.
+to a new version (in a Canary's two steps), refused, removed, and while an engine pod is
+replaced mid-roll.
 
 Which weights answered is checked by the tokens: each adapter's greedy text is the
-offline engine's for that adapter (itself checked against peft in tests/engine)."""
+offline engine's for that adapter (itself checked against peft in tests/engine); the
+new version's copy names itself (`sql@v2`) in the responses it answers mid-roll."""
 
 from __future__ import annotations
 
@@ -57,7 +59,8 @@ class Load:
 
     urls: list[str]
     models: list[str]
-    answers: list[tuple[str, float, str]] = field(default_factory=list)  # model, sent, text
+    # the model asked for, when, the text, and the model the response names
+    answers: list[tuple[str, float, str, str]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
 
@@ -88,17 +91,25 @@ class Load:
                 done = await aio[turn % len(aio)].completions.create(
                     model=model, prompt=PROMPT, **GREEDY
                 )
-                self.answers.append((model, sent, done.choices[0].text))
+                self.answers.append((model, sent, done.choices[0].text, done.model))
             except openai.APIError as exc:
                 self.failures.append(f"{model}: {exc}")
 
     def texts(self, model: str, after: float = 0.0, before: float = float("inf")) -> set[str]:
-        return {text for m, sent, text in self.answers if m == model and after <= sent < before}
+        return {t for m, sent, t, _ in self.answers if m == model and after <= sent < before}
+
+    def answered_by(self, model: str) -> dict[str, set[str]]:
+        """{the model each response names: its texts} for requests for `model`."""
+        found: dict[str, set[str]] = {}
+        for asked, _, text, named in self.answers:
+            if asked == model:
+                found.setdefault(named, set()).add(text)
+        return found
 
 
 def adapters_ready(api, namespace: str, name: str, generation: int, versions: dict) -> dict:
     """The InferenceService once AdaptersReady is True for `generation` with each adapter
-    at its version on every engine pod."""
+    at its version on every engine pod and no roll under way."""
 
     def check():
         resource = env.get(api, namespace, name)
@@ -107,12 +118,17 @@ def adapters_ready(api, namespace: str, name: str, generation: int, versions: di
         listed = {
             a["name"]: a["version"]
             for a in resource.get("status", {}).get("adapters") or []
-            if a["loaded"] == len(a["pods"]) >= 1
+            if a["loaded"] == len(a["pods"]) >= 1 and not a.get("roll")
         }
         ok = fresh and condition.get("status") == "True" and listed == versions
         return ok and resource
 
     return wait_for(check, f"adapters {versions} loaded (generation {generation})", 120)
+
+
+def sql_roll(api, namespace: str) -> dict | None:
+    adapters = env.get(api, namespace, "loras").get("status", {}).get("adapters") or []
+    return next((a.get("roll") for a in adapters if a["name"] == "sql"), None)
 
 
 def engine_adapters(urls: list[str]) -> dict[str, set[str]]:
@@ -135,7 +151,11 @@ def test_adapters_added_rolled_refused_and_removed_under_load_fail_no_request(
         "template": env.backed("pagoda-serve"),
         "router": env.routed(),
         "adapters": [adapter("sql", folders[0])],
-    }
+        # adapter versions roll in these steps (the model revision stays)
+        "rollout": {"strategy": "Canary", "steps": [
+            {"weight": 50, "pauseSeconds": 8}, {"weight": 100, "pauseSeconds": 0},
+        ]},
+    }  # fmt: skip
     env.create(api, namespace, env.isvc("loras", **spec))
     env.wait_ready(api, namespace, "loras", timeout_s=STARTUP_S)
     adapters_ready(api, namespace, "loras", 1, {"sql": "v1"})
@@ -158,12 +178,16 @@ def test_adapters_added_rolled_refused_and_removed_under_load_fail_no_request(
         load.models.append("chat")
 
         # rolled to a new folder, one engine pod deleted mid-roll: its replacement loads
-        # both adapters before it is Ready, and answers switch from a0's to a2's
+        # every copy before it is Ready; answers move from a0's to a2's through a step
+        # that sends half of sql's requests to the new version's copy, sql@v2
         rolled = [adapter("sql", folders[2], "v2"), adapter("chat", folders[1])]
         roll_started = time.monotonic()
         env.patch(api, namespace, "loras", {"spec": {"adapters": rolled}})
         victim = pods(api, namespace, "loras", "engine")[0].metadata.name
         core.delete_namespaced_pod(victim, namespace)
+        shifting = wait_for(lambda: (roll := sql_roll(api, namespace)) and roll["phase"] in (
+            "Shifting", "Promoting", "Retiring") and roll, "sql v2 gets traffic", 120)  # fmt: skip
+        assert shifting["stagedAs"] == "sql@v2", shifting
         adapters_ready(api, namespace, "loras", 3, {"sql": "v2", "chat": "v1"})
         env.wait_ready(api, namespace, "loras", generation=3, timeout_s=STARTUP_S)
         wait_for(lambda: len(engine_adapters(urls)) == 2, "two engines routable again", 60)
@@ -222,4 +246,9 @@ def test_adapters_added_rolled_refused_and_removed_under_load_fail_no_request(
     assert load.texts("sql", before=roll_started) == {greedy_texts["a0"]}
     assert load.texts("sql", after=rolled_at) == {greedy_texts["a2"]}
     assert load.texts("sql") == {greedy_texts["a0"], greedy_texts["a2"]}
+    # mid-roll the new version's copy answered some of sql's requests, with a2's weights
+    by = load.answered_by("sql")
+    assert by.get("sql@v2") == {greedy_texts["a2"]}, by
+    assert set(by) == {"sql", "sql@v2"}
+    assert "AdapterRolled" in env.event_reasons(api, namespace, "loras")
     assert "AdapterLoaded" in env.event_reasons(api, namespace, "loras")
