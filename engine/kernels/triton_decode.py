@@ -20,6 +20,31 @@ import triton.language as tl
 
 LOG2E = 1.4426950408889634
 
+# How a float8 cache's tiles are widened to fp16 on their way to the tensor cores:
+WIDEN_BY_TRITON = 0  # `.to()`: Triton widens after the operand-layout load (8-bit tiles)
+WIDEN_V = 1  # V widened in registers, before shared memory; K as Triton places it
+WIDEN_KV = 2  # both widened in registers
+
+
+@triton.jit
+def _e4m3_to_f16(x):
+    """float8 e4m3 to fp16 by the hardware's paired conversion (sm_89+), declared impure
+    so that Triton keeps it where it is: in the load's layout, before the tile goes
+    through shared memory. As a plain `.to()` Triton moves the widening after the
+    operand-layout load and stages 8-bit tiles, which V's operand layout (token-major,
+    while the cache is dimension-major) then reads with narrow loads: 8-bit data has no
+    transposing ldmatrix. Widened first, the tile is 16-bit in shared memory and read
+    with ldmatrix like a bf16 one."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; "
+        "cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
+        "=r,=r,r",
+        [x],
+        dtype=tl.float16,
+        is_pure=False,
+        pack=4,
+    )
+
 
 @triton.jit
 def _decode_partial_kernel(
@@ -49,6 +74,7 @@ def _decode_partial_kernel(
     NUM_HEADS: tl.constexpr,
     IEEE_FP32: tl.constexpr,
     DOT_FP16: tl.constexpr,  # float8 K/V: products in fp16 (see dot_in_fp16)
+    WIDEN: tl.constexpr,  # with DOT_FP16: WIDEN_BY_TRITON, WIDEN_V or WIDEN_KV
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -94,7 +120,11 @@ def _decode_partial_kernel(
         )
         kv_mask = valid[None, :] & d_mask[:, None]
         k = tl.load(k_cache_ptr + token_offs[None, :] + offs_d[:, None], mask=kv_mask, other=0.0)
-        k = k.to(q.dtype)  # a float8 cache is widened to the products' dtype
+        # a float8 cache is widened to the products' dtype
+        if DOT_FP16 and WIDEN == 2:  # noqa: SIM108 - constexpr branches compile separately
+            k = _e4m3_to_f16(k)
+        else:
+            k = k.to(q.dtype)
         if IEEE_FP32:  # noqa: SIM108 - constexpr branches compile separately
             s = tl.dot(q, k, input_precision="ieee")
         else:
@@ -109,7 +139,11 @@ def _decode_partial_kernel(
             v_cache_ptr + token_offs[:, None] + offs_d[None, :],
             mask=valid[:, None] & d_mask[None, :],
             other=0.0,
-        ).to(q.dtype)
+        )
+        if DOT_FP16 and WIDEN >= 1:  # noqa: SIM108
+            v = _e4m3_to_f16(v)
+        else:
+            v = v.to(q.dtype)
         if IEEE_FP32:
             acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v, input_precision="ieee")
         else:
@@ -176,6 +210,17 @@ def dot_in_fp16(query: torch.Tensor, kv_cache: torch.Tensor) -> bool:
     return kv_cache.element_size() == 1 and query.dtype in (torch.float16, torch.bfloat16)
 
 
+def widen_mode(kv_cache: torch.Tensor) -> int:
+    """In-register widening needs the e4m3 conversion instruction (CUDA sm_89+)."""
+    if kv_cache.dtype != torch.float8_e4m3fn or kv_cache.device.type != "cuda":
+        return WIDEN_BY_TRITON  # Triton's interpreter runs no inline assembly
+    if torch.version.hip is not None:
+        return WIDEN_BY_TRITON
+    if torch.cuda.get_device_capability(kv_cache.device) < (8, 9):
+        return WIDEN_BY_TRITON
+    return WIDEN_BY_TRITON
+
+
 class DecodeWorkspace:
     """Scratch buffers for split-K partials, allocated once (CUDA graphs need fixed ones)."""
 
@@ -203,6 +248,7 @@ def paged_decode_attention(
     num_stages: int | None = None,
     out: torch.Tensor | None = None,  # contiguous, like query
     dot_fp16: bool | None = None,  # None: dot_in_fp16 (an override for sweeps)
+    widen: int | None = None,  # None: widen_mode (an override for sweeps)
 ) -> torch.Tensor:
     num_seqs, num_heads, head_dim = query.shape
     _, _, block_size, num_kv_heads, _ = kv_cache.shape
@@ -255,6 +301,7 @@ def paged_decode_attention(
         NUM_HEADS=num_heads,
         IEEE_FP32=query.dtype == torch.float32,
         DOT_FP16=dot_in_fp16(query, kv_cache) if dot_fp16 is None else dot_fp16,
+        WIDEN=widen_mode(kv_cache) if widen is None else widen,
         num_warps=num_warps,
         num_stages=num_stages,
     )

@@ -154,6 +154,30 @@ def test_a_float8_cache_is_read_as_the_reference_reads_it(decode_only, query_dty
     torch.testing.assert_close(got.float(), expected.float(), atol=tolerance, rtol=tolerance)
 
 
+@pytest.mark.skipif(
+    not ON_GPU or torch.cuda.get_device_capability() < (8, 9),
+    reason="widening float8 in registers is inline PTX for CUDA sm_89+",
+)
+@pytest.mark.parametrize("widen", [0, 1, 2])
+def test_every_float8_widening_of_the_decode_kernel_reads_what_the_reference_reads(widen):
+    from pagoda.engine.kernels.triton_decode import paged_decode_attention
+
+    rng = random.Random(11)
+    kv_cache, meta = random_batch(
+        rng, num_seqs=6, max_context=700, block_size=16, num_kv_heads=8, head_dim=128,
+        dtype=torch.float32, device="cuda", decode_only=True,
+    )  # fmt: skip
+    kv_cache = reference.to_cache_dtype(kv_cache * 3, torch.float8_e4m3fn)
+    query = torch.randn(6, 32, 128, device="cuda", dtype=torch.bfloat16)
+    expected = reference.paged_attention(query, kv_cache, meta, 128**-0.5).float()
+    for splits in (1, 3):
+        got = paged_decode_attention(
+            query, kv_cache, meta.block_tables, meta.seq_lens, 128**-0.5, None, splits,
+            widen=widen,
+        )  # fmt: skip
+        torch.testing.assert_close(got.float(), expected, atol=2e-2, rtol=2e-2)
+
+
 def test_store_kv_saturates_a_float8_cache():
     kv_cache = torch.zeros(2, 2, 4, 1, 2, dtype=torch.float8_e4m3fn)
     key = torch.tensor([[[1000.0, -0.3]], [[-5000.0, 17.0]]])
