@@ -218,7 +218,10 @@ def widen_mode(kv_cache: torch.Tensor) -> int:
         return WIDEN_BY_TRITON
     if torch.cuda.get_device_capability(kv_cache.device) < (8, 9):
         return WIDEN_BY_TRITON
-    return WIDEN_BY_TRITON
+    # V alone: K's operand layout is dimension-major like the cache, so Triton's 8-bit
+    # staging of K reads with ldmatrix already, at half the shared-memory bytes
+    # (bench/results/2026-12-02-h200-fp8-decode-widen.md: 315 against 411 us a layer)
+    return WIDEN_V
 
 
 class DecodeWorkspace:
@@ -262,14 +265,20 @@ def paged_decode_attention(
         workspace = DecodeWorkspace(num_seqs, num_heads, head_dim, num_splits, query.device)
     group = num_heads // num_kv_heads
     head_dim_padded = triton.next_power_of_2(head_dim)
+    if widen is None:
+        widen = widen_mode(kv_cache)
     # Measured on the H200 (bench/kernel_sweep.py): long unsplit contexts like wide tiles
-    # and deep pipelines (4.0 TB/s at batch 256); split ranges are short.
+    # and deep pipelines (4.0 TB/s at batch 256); split ranges are short. A float8 cache
+    # widened in registers is fastest with 64-token tiles, two stages, at any split
+    # count (bench/fp8_decode_widen.py).
+    fp8_in_registers = kv_cache.element_size() == 1 and widen != WIDEN_BY_TRITON
     if tile_n is None:
-        tile_n = 128 if num_splits == 1 else 64
+        tile_n = 128 if num_splits == 1 and not fp8_in_registers else 64
         if query.element_size() == 4:  # the same shared memory a stage as 16-bit inputs
             tile_n //= 2
         tile_n = max(tile_n, block_size)
-    num_stages = num_stages or (4 if num_splits == 1 else 3)
+    if num_stages is None:
+        num_stages = 2 if fp8_in_registers else 4 if num_splits == 1 else 3
     key_cache, value_cache = kv_cache[0], kv_cache[1]
     partial_out = out if num_splits == 1 else workspace.partial
     m_buf = out if num_splits == 1 else workspace.m
@@ -301,7 +310,7 @@ def paged_decode_attention(
         NUM_HEADS=num_heads,
         IEEE_FP32=query.dtype == torch.float32,
         DOT_FP16=dot_in_fp16(query, kv_cache) if dot_fp16 is None else dot_fp16,
-        WIDEN=widen_mode(kv_cache) if widen is None else widen,
+        WIDEN=widen,
         num_warps=num_warps,
         num_stages=num_stages,
     )
