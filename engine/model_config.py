@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from pagoda.engine.quantization import Fp8Checkpoint, parse_quantization
+
 ROPE_TYPES = ("default", "linear", "llama3")
 _DTYPES = {
     "float32": torch.float32,
@@ -43,6 +45,7 @@ class ModelConfig:
     dtype: torch.dtype  # the checkpoint's own dtype
     eos_token_ids: frozenset[int]
     bos_token_id: int | None
+    quantization: Fp8Checkpoint | None = None  # an FP8 checkpoint's scheme
 
 
 def parse_dtype(name: str | torch.dtype) -> torch.dtype:
@@ -115,6 +118,7 @@ def _parse(raw: dict, generation: dict, path: Path) -> ModelConfig:
         dtype=parse_dtype(raw.get("torch_dtype") or raw.get("dtype") or "float32"),
         eos_token_ids=_eos_ids(generation.get("eos_token_id", raw.get("eos_token_id"))),
         bos_token_id=generation.get("bos_token_id", raw.get("bos_token_id")),
+        quantization=parse_quantization(raw, path),
     )
 
 

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pagoda.engine.distributed.parallel import SINGLE, Partition, TensorParallel
+from pagoda.engine.layers.fp8 import Fp8Activations
 from pagoda.engine.layers.lora import LoRAContext, LoRAWeights
 from pagoda.engine.layers.weight_source import TensorSource, copy_part
 
@@ -33,7 +34,8 @@ Skinny = Mapping[str, int] | None  # the few-rows product's launch setting, or c
 
 def _linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     lora = module.lora
-    if lora is not None and module.skinny is not None and lora.fuses(x):
+    fusable = module.skinny is not None and module.input_fp8 is None
+    if lora is not None and fusable and lora.fuses(x):
         # decode at small batch with adapters, where the few-rows product runs (on
         # gate/up cuBLAS and the split pair are faster: bench/lora_decode_profile.py)
         return lora.fused_linear(x, module.weight, bias, module.skinny)
@@ -44,6 +46,8 @@ def _linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> to
 
 
 def _base_linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    if module.input_fp8 is not None:  # an FP8 checkpoint's activations (layers/fp8.py)
+        x = module.input_fp8(x)
     if module.skinny is not None:
         from pagoda.engine.kernels.triton_skinny import MAX_ROWS, skinny_linear  # CUDA only
 
@@ -57,6 +61,8 @@ LoRAPiece = tuple[torch.Tensor, torch.Tensor]  # one sub-projection's (A [r, in]
 
 class MergedLinear(nn.Module):
     """Projections of one input stacked along the output dimension, each split by rank."""
+
+    input_fp8: Fp8Activations | None = None  # set by the loader for an FP8 checkpoint
 
     def __init__(
         self,
@@ -117,6 +123,8 @@ class MergedLinear(nn.Module):
 
 class RowParallelLinear(nn.Module):
     """Each rank multiplies its slice of the input features; an all-reduce sums them."""
+
+    input_fp8: Fp8Activations | None = None  # set by the loader for an FP8 checkpoint
 
     def __init__(
         self,

@@ -13,6 +13,7 @@ from torch import nn
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.distributed.parallel import TensorParallel
 from pagoda.engine.kernels.plan import KernelPlan
+from pagoda.engine.loader.fp8 import dequantized_tensors, quantize_activations
 from pagoda.engine.loader.weights import checkpoint_files, iterate_tensors
 from pagoda.engine.models.registry import model_class
 
@@ -26,14 +27,19 @@ def build_model(
         model = cls(config.model_config, config.max_model_len, plan, tp)
     if config.load_format == "dummy":
         randomize(model)
+    if config.model_config.quantization is not None:
+        quantize_activations(model, config.model_config.quantization)
     return model.eval()
 
 
 def checkpoint_tensors(config: EngineConfig):
-    """The checkpoint's (name, lazy slice) pairs, or None when the weights are random."""
+    """The checkpoint's (name, lazy slice) pairs, or None when the weights are random; an
+    FP8 checkpoint's weights come dequantised (loader/fp8.py)."""
     if config.load_format != "safetensors":
         return None
-    return iterate_tensors(checkpoint_files(Path(config.model)))
+    files = checkpoint_files(Path(config.model))
+    scheme = config.model_config.quantization
+    return iterate_tensors(files) if scheme is None else dequantized_tensors(files, scheme)
 
 
 @torch.no_grad()

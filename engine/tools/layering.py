@@ -52,6 +52,7 @@ LAYERS: list[tuple[str, ...]] = [
         "model_config",
         "outputs",
         "process_lifetime",
+        "quantization",
         "sampling_params",
     ),
 ]

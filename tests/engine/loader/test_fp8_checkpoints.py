@@ -1,0 +1,259 @@
+"""FP8 checkpoints on the CPU reference path against transformers loading the same files.
+
+compressed-tensors itself quantises the tiny llama (per channel, per tensor and per block,
+activations dynamic per token or per group) and writes the checkpoint as llm-compressor
+does; transformers loads it dequantised, and its forward rounds the activations as the
+scheme says. A block-wise checkpoint in transformers' fine-grained FP8 format is written
+here by the format's rule; transformers dequantises its weights (its `dequantize=True`
+leaves activations alone, so the test rounds the inputs of its Linear layers per group).
+
+Tolerance: 1e-4 (atol and rtol), as the fp32 parity test: both sides compute the same
+float32 products on the same rounded values, so only summation order differs. A product
+that rounds an activation across an e4m3 step differently would miss it by far more
+(e4m3 steps are 1/16 of the value).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from pagoda.engine import LLM, SamplingParams
+
+PROMPTS = ["the cache", "hello world, the paged attention kernel reads every block " * 6]
+BLOCK = 16  # the tiny model's widths (64, 176) split into 16-wide blocks and groups
+
+
+def compressed(base: Path, out: Path, weights: dict, activations: dict | None) -> Path:
+    """The tiny model quantised by compressed-tensors: weight scales from each tensor's
+    range (what llm-compressor's min-max observer computes), then compressed and saved."""
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import (
+        QuantizationArgs,
+        QuantizationConfig,
+        QuantizationScheme,
+        apply_quantization_config,
+    )
+    from compressed_tensors.quantization.utils import calculate_qparams
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    scheme = QuantizationScheme(
+        targets=["Linear"],
+        weights=QuantizationArgs(num_bits=8, type="float", symmetric=True, **weights),
+        input_activations=None
+        if activations is None
+        else QuantizationArgs(num_bits=8, type="float", symmetric=True, dynamic=True,
+                              **activations),
+    )  # fmt: skip
+    config = QuantizationConfig(config_groups={"group_0": scheme}, ignore=["lm_head"])
+    apply_quantization_config(model, config)
+    for module in model.modules():
+        args = getattr(getattr(module, "quantization_scheme", None), "weights", None)
+        if args is None:
+            continue
+        low, high = _ranges(module.weight.data, args.strategy)
+        scale, _ = calculate_qparams(low, high, args)
+        module.weight_scale.data = scale.reshape(module.weight_scale.shape)
+    compressor = ModelCompressor.from_pretrained_model(model, quantization_format="float-quantized")
+    compressor.compress_model(model)
+    model.save_pretrained(out)
+    compressor.update_config(out)
+    _copy_tokenizer(base, out)
+    return out
+
+
+def _ranges(weight: torch.Tensor, strategy: str) -> tuple[torch.Tensor, torch.Tensor]:
+    if strategy == "tensor":
+        return weight.amin().reshape(1), weight.amax().reshape(1)
+    if strategy == "channel":
+        return weight.amin(1, keepdim=True), weight.amax(1, keepdim=True)
+    blocks = weight.unflatten(0, (-1, BLOCK)).unflatten(2, (-1, BLOCK))
+    return blocks.amin((1, 3)), blocks.amax((1, 3))
+
+
+def fine_grained(base: Path, out: Path) -> Path:
+    """transformers' block-wise FP8 format: each 16 × 16 block of a projection's weight
+    in e4m3 over its largest magnitude, `weight_scale_inv` the block's multiplier."""
+    out.mkdir()
+    tensors = {}
+    for name, tensor in load_file(base / "model.safetensors").items():
+        if not name.endswith("proj.weight"):
+            tensors[name] = tensor
+            continue
+        blocks = tensor.unflatten(0, (-1, BLOCK)).unflatten(2, (-1, BLOCK))
+        scale = blocks.abs().amax((1, 3)) / 448.0
+        expanded = scale.repeat_interleave(BLOCK, 0).repeat_interleave(BLOCK, 1)
+        tensors[name] = (tensor / expanded).to(torch.float8_e4m3fn)
+        tensors[name.removesuffix(".weight") + ".weight_scale_inv"] = scale
+    save_file(tensors, out / "model.safetensors")
+    config = json.loads((base / "config.json").read_text())
+    config["quantization_config"] = {
+        "quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [BLOCK, BLOCK],
+    }  # fmt: skip
+    (out / "config.json").write_text(json.dumps(config))
+    _copy_tokenizer(base, out)
+    return out
+
+
+def _copy_tokenizer(base: Path, out: Path) -> None:
+    for path in base.iterdir():
+        if path.name.startswith("tokenizer") or path.name == "generation_config.json":
+            shutil.copy(path, out / path.name)
+
+
+def our_logits(model_dir: Path) -> torch.Tensor:
+    llm = LLM(str(model_dir))
+    captured = []
+    model = llm.engine.core.runner.model
+    original = model.compute_logits
+    model.compute_logits = lambda hidden: captured.append(original(hidden)) or captured[-1]
+    llm.generate(PROMPTS, SamplingParams(temperature=0.0, max_tokens=1))
+    return captured[0].cpu()
+
+
+def their_logits(model_dir: Path, hf_kwargs: dict, round_inputs=None) -> torch.Tensor:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, **hf_kwargs)
+    if round_inputs is not None:
+        for name, module in hf.named_modules():
+            if isinstance(module, torch.nn.Linear) and name != "lm_head":
+                assert module.weight.dtype == torch.float32  # dequantised by transformers
+                module.register_forward_pre_hook(lambda _, inputs: (round_inputs(*inputs),))
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    rows = []
+    for prompt in PROMPTS:
+        ids = tokenizer(prompt, return_tensors="pt").input_ids
+        with torch.inference_mode():
+            rows.append(hf.eval()(ids).logits[0, -1].float())
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize(
+    ("weights", "activations"),
+    [
+        ({"strategy": "channel"}, {"strategy": "token"}),  # llm-compressor's FP8_DYNAMIC
+        ({"strategy": "tensor"}, {"strategy": "token"}),
+        ({"strategy": "block", "block_structure": [BLOCK, BLOCK]},
+         {"strategy": "group", "group_size": BLOCK}),  # FP8_BLOCK's shape
+        ({"strategy": "channel"}, None),  # weights only
+    ],
+    ids=["channel-token", "tensor-token", "block-group", "channel-weights-only"],
+)  # fmt: skip
+def test_compressed_tensors_fp8_matches_transformers(llama_dir, tmp_path, weights, activations):
+    from transformers.utils.quantization_config import CompressedTensorsConfig
+
+    model_dir = compressed(llama_dir, tmp_path / "fp8", weights, activations)
+    config = CompressedTensorsConfig(dequantize=True)
+    expected = their_logits(model_dir, {"quantization_config": config})
+    torch.testing.assert_close(our_logits(model_dir), expected, atol=1e-4, rtol=1e-4)
+    # and the scheme matters: the unquantised model answers measurably apart
+    assert (our_logits(llama_dir) - expected).abs().max() > 1e-3
+
+
+def test_fine_grained_block_fp8_matches_transformers(llama_dir, tmp_path):
+    from transformers import FineGrainedFP8Config
+
+    model_dir = fine_grained(llama_dir, tmp_path / "fp8")
+    config = FineGrainedFP8Config(dequantize=True, weight_block_size=(BLOCK, BLOCK))
+    expected = their_logits(model_dir, {"quantization_config": config}, _rounded_per_group)
+    torch.testing.assert_close(our_logits(model_dir), expected, atol=1e-4, rtol=1e-4)
+
+
+def _rounded_per_group(x: torch.Tensor) -> torch.Tensor:
+    """The format's dynamic activations: each 16 columns to e4m3 over their largest
+    magnitude (what its kernels do before each product)."""
+    groups = x.unflatten(-1, (-1, BLOCK))
+    scale = groups.abs().amax(-1, keepdim=True) / 448.0
+    scale = torch.where(scale == 0, torch.finfo(scale.dtype).eps, scale)
+    rounded = (groups / scale).clamp(-448, 448).to(torch.float8_e4m3fn).to(x.dtype) * scale
+    return rounded.flatten(-2)
+
+
+def ct_config(**changes) -> dict:
+    weights = {
+        "num_bits": 8,
+        "type": "float",
+        "strategy": "channel",
+        "symmetric": True,
+        "dynamic": False,
+    }
+    group = {
+        "targets": ["Linear"],
+        "weights": weights,
+        "format": "float-quantized",
+        "input_activations": {
+            "num_bits": 8,
+            "type": "float",
+            "strategy": "token",
+            "dynamic": True,
+            "symmetric": True,
+        },
+    }
+    config = {
+        "quant_method": "compressed-tensors",
+        "config_groups": {"group_0": group},
+        "ignore": ["lm_head"],
+        "quantization_status": "compressed",
+    }
+    for path, value in changes.items():
+        *parents, last = path.split("__")
+        target = config
+        for key in parents:
+            target = target[key]
+        target[last] = value
+    return config  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("quantization", "message"),
+    [
+        ({"quant_method": "awq", "bits": 4},
+         "quantization_config.quant_method 'awq' is not supported"),
+        (ct_config(config_groups__group_0__weights__num_bits=4),
+         "config_groups.group_0.weights {'type': 'float', 'num_bits': 4} is not supported"),
+        (ct_config(config_groups__group_0__weights__type="int"), "only 8-bit float"),
+        (ct_config(config_groups__group_0__input_activations__dynamic=False),
+         "input_activations.dynamic False is not supported: static activation scales"),
+        (ct_config(config_groups__group_0__weights__strategy="group"),
+         "weights.strategy 'group' is not supported"),
+        (ct_config(config_groups__group_0__format="pack-quantized"),
+         "format 'pack-quantized' is not supported"),
+        (ct_config(kv_cache_scheme={"num_bits": 8}), "--kv-cache-dtype fp8"),
+        (ct_config(ignore=[]), "must list lm_head"),
+        (ct_config(config_groups__group_0__targets=["re:.*proj"]), "only [\"Linear\"]"),
+        ({"quant_method": "fp8", "weight_block_size": [128]},
+         "weight_block_size [128] must be two positive integers"),
+        ({"quant_method": "fp8", "activation_scheme": "static"},
+         "activation_scheme 'static' is not supported"),
+    ],
+)  # fmt: skip
+def test_fp8_configs_the_engine_cannot_run_are_refused_by_field(
+    llama_dir, tmp_path, quantization, message
+):
+    from pagoda.engine.model_config import load_model_config
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(llama_dir, model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    (model_dir / "config.json").write_text(
+        json.dumps({**config, "quantization_config": quantization})
+    )
+    with pytest.raises(ValueError, match=r"config\.json: quantization_config") as refused:
+        load_model_config(model_dir)
+    assert message in str(refused.value)
+
+
+def test_a_float8_weight_without_its_scale_is_refused(llama_dir, tmp_path):
+    model_dir = fine_grained(llama_dir, tmp_path / "fp8")
+    tensors = load_file(model_dir / "model.safetensors")
+    del tensors["model.layers.0.mlp.down_proj.weight_scale_inv"]
+    save_file(tensors, model_dir / "model.safetensors")
+    with pytest.raises(ValueError, match=r"down_proj\.weight has no .*weight_scale_inv beside it"):
+        LLM(str(model_dir))
