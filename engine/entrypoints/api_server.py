@@ -62,11 +62,36 @@ def build_app(state: ServerState) -> FastAPI:
         state.shutdown()
 
     app = FastAPI(title="Pagoda", version=__version__, lifespan=lifespan, responses=_ERRORS)
+    app.add_middleware(RequestIdHeader)
     install_error_handlers(app)
     app.include_router(_openai_router(state))
     app.include_router(_ops_router(state))
     _name_models_in_schema(app, state.settings.served_model_names)
     return app
+
+
+class RequestIdHeader:
+    """Every response carries `X-Request-Id`: the client's own when it sent one (as vLLM
+    and OpenAI echo it, so logs on both sides can be matched), else a new one. Plain ASGI,
+    not BaseHTTPMiddleware, so streams and client disconnects pass through untouched."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        sent = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
+        request_id = sent[:256] if sent else secrets.token_hex(16).encode()
+
+        async def send_with_id(message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k != b"x-request-id"]
+                message = {**message, "headers": [*headers, (b"x-request-id", request_id)]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
 
 
 def _name_models_in_schema(app: FastAPI, names: list[str]) -> None:
@@ -103,14 +128,24 @@ def _openai_router(state: ServerState) -> APIRouter:
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         return await create_chat_completion(body, request, state, token_texts())
 
-    @router.get("/models")
-    async def models() -> ModelList:
+    def model_cards() -> list[ModelCard]:
         settings = state.settings
         base = [
             ModelCard(id=name, root=state.engine_config.model, max_model_len=settings.max_model_len)
             for name in settings.served_model_names
         ]
-        return ModelList(data=base + adapter_model_cards(state))
+        return base + adapter_model_cards(state)
+
+    @router.get("/models")
+    async def models() -> ModelList:
+        return ModelList(data=model_cards())
+
+    @router.get("/models/{model_id:path}")  # ids may hold '/' (org/name), as OpenAI's do
+    async def model(model_id: str) -> ModelCard:
+        card = next((c for c in model_cards() if c.id == model_id), None)
+        if card is None:
+            raise state.unknown_model("model", model_id)
+        return card
 
     # As vLLM: the run-time endpoints exist (and are in the schema) only when asked for;
     # otherwise a hidden route answers 404 with the flag that turns them on.

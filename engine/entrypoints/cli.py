@@ -20,7 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "serve",
         help="serve a model over the OpenAI HTTP API, with Prometheus metrics",
         description="Serve MODEL_DIR over the OpenAI API: /v1/completions, "
-        "/v1/chat/completions, /v1/models, /health, /metrics, /tokenize, /detokenize, /version.",
+        "/v1/chat/completions, /v1/models[/ID], /health, /metrics, /tokenize, /detokenize, "
+        "/version.",
     )
     add_serve_arguments(serve)
     serve.set_defaults(handler=run_serve)

@@ -126,17 +126,23 @@ def now_seconds() -> int:
     return int(time.time())
 
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
+
+
 class UsageInfo(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    prompt_tokens_details: PromptTokensDetails | None = None
 
     @classmethod
-    def counting(cls, num_prompt: int, num_generated: int) -> UsageInfo:
+    def counting(cls, num_prompt: int, num_generated: int, num_cached: int = 0) -> UsageInfo:
         return cls(
             prompt_tokens=num_prompt,
             completion_tokens=num_generated,
             total_tokens=num_prompt + num_generated,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=num_cached),
         )
 
 

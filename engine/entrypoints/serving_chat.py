@@ -48,12 +48,14 @@ class _Job:
     timeout: float | None
     id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
     created: int = field(default_factory=now_seconds)
+    cached: int = 0  # prompt tokens the prefix cache served, as the engine last said
 
     def deadline(self) -> Deadline:
         return Deadline(self.engine.abort, [self.prepared.request_id], self.timeout)
 
     def usage(self, num_generated: int) -> UsageInfo:
-        return UsageInfo.counting(len(self.prepared.prompt.token_ids), num_generated)
+        num_prompt = len(self.prepared.prompt.token_ids)
+        return UsageInfo.counting(num_prompt, num_generated, self.cached)
 
 
 async def create_chat_completion(
@@ -138,6 +140,7 @@ async def _complete(job: _Job) -> ChatCompletionResponse:
         for sample in final.outputs
     ]
     num_generated = sum(len(sample.token_ids) for sample in final.outputs)
+    job.cached = final.num_cached_tokens
     return ChatCompletionResponse(
         id=job.id, created=job.created, model=job.model, choices=choices,
         usage=job.usage(num_generated),
@@ -157,6 +160,7 @@ def _stream(job: _Job, ticket: Ticket):
         async for output in job.engine.generate(job.prepared, None, job.prepared.request_id):
             choices = [_chunk_choice(job, sample) for sample in output.outputs]
             generated[0] += sum(len(sample.token_ids) for sample in output.outputs)
+            job.cached = output.num_cached_tokens
             yield sse(_chunk(job, choices))
 
     def usage_event() -> str | None:

@@ -51,6 +51,8 @@ class _Job:
     created: int = field(default_factory=now_seconds)
     # choice index -> characters of text so far (where the next token's text begins)
     offsets: dict[int, int] = field(default_factory=dict)
+    # prompt index -> its tokens the prefix cache served, as the engine last said
+    cached: dict[int, int] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -69,7 +71,7 @@ class _Job:
 
     def usage(self, num_generated: int) -> UsageInfo:
         num_prompt = sum(len(p.prompt.token_ids) for p in self.prepared)
-        return UsageInfo.counting(num_prompt, num_generated)
+        return UsageInfo.counting(num_prompt, num_generated, sum(self.cached.values()))
 
 
 async def create_completion(
@@ -125,6 +127,7 @@ async def _complete(job: _Job) -> CompletionResponse:
         for sample in output.outputs
     ]
     num_generated = sum(len(sample.token_ids) for output in outputs for sample in output.outputs)
+    job.cached = {i: output.num_cached_tokens for i, output in enumerate(outputs)}
     return CompletionResponse(
         id=job.id, created=job.created, model=job.model, choices=choices,
         usage=job.usage(num_generated),
@@ -144,6 +147,7 @@ def _stream(job: _Job, ticket: Ticket):
                 choices.append(_choice(job, i, sample, job.body.echo and index not in started))
                 started.add(index)
                 generated[0] += len(sample.token_ids)
+            job.cached[i] = output.num_cached_tokens
             yield sse(_chunk(job, choices))
 
     def usage_event() -> str | None:

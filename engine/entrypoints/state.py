@@ -165,7 +165,7 @@ class ServerState:
         adapters = self.engine.loras.by_name if self.engine is not None else {}
         served = self.settings.served_model_names
         if model is not None and model not in served and model not in adapters:
-            raise self._unknown("model", model)
+            raise self.unknown_model("model", model)
         if lora_name is None:
             if model in adapters:
                 return model, adapters[model].request
@@ -178,10 +178,10 @@ class ServerState:
                 param="lora_name",
             )
         if lora_name not in adapters:
-            raise self._unknown("lora_name", lora_name)
+            raise self.unknown_model("lora_name", lora_name)
         return lora_name, adapters[lora_name].request
 
-    def _unknown(self, param: str, name: str) -> APIError:
+    def unknown_model(self, param: str, name: str) -> APIError:
         adapters = self.engine.loras.by_name if self.engine is not None else {}
         names = [*self.settings.served_model_names, *adapters]
         return APIError(

@@ -24,6 +24,46 @@ def test_models_lists_every_served_name(client):
     assert models.data[0].model_extra["max_model_len"] == 512
 
 
+def test_a_model_by_its_id_and_an_unknown_one(client, api_server):
+    assert client.models.retrieve("served-alias").id == "served-alias"
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    missing = httpx.get(f"{api_server.url}/v1/models/org/absent", headers=headers)
+    assert missing.status_code == 404
+    error = missing.json()["error"]
+    assert error["code"] == "model_not_found" and "'org/absent'" in error["message"]
+    assert "'tiny'" in error["message"]  # what is served instead
+
+
+def test_responses_carry_the_clients_request_id_or_a_new_one(api_server):
+    headers = {"Authorization": f"Bearer {API_KEY}", "X-Request-Id": "trace-42"}
+    body = {"model": "tiny", "prompt": "id", "max_tokens": 2}
+    echoed = httpx.post(f"{api_server.url}/v1/completions", json=body, headers=headers)
+    assert echoed.status_code == 200 and echoed.headers["x-request-id"] == "trace-42"
+    with httpx.stream(
+        "POST", f"{api_server.url}/v1/completions", json={**body, "stream": True},
+        headers=headers,
+    ) as stream:  # fmt: skip
+        assert stream.headers["x-request-id"] == "trace-42"
+        assert "[DONE]" in stream.read().decode()
+    fresh = [httpx.get(f"{api_server.url}/health").headers["x-request-id"] for _ in range(2)]
+    assert fresh[0] != fresh[1] and all(len(i) == 32 for i in fresh)
+
+
+def test_usage_counts_the_prompt_tokens_the_prefix_cache_served(client):
+    prompt = " ".join(f"cached prefix word {i}" for i in range(40))  # several KV blocks
+    first = client.completions.create(model="tiny", prompt=prompt, max_tokens=2, **GREEDY)
+    second = client.completions.create(model="tiny", prompt=prompt, max_tokens=2, **GREEDY)
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert 0 < cached < second.usage.prompt_tokens  # whole blocks, never the last token
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": prompt}], "max_tokens": 2}
+    client.chat.completions.create(**chat, **GREEDY)
+    stream = client.chat.completions.create(
+        **chat, stream=True, stream_options={"include_usage": True}, **GREEDY
+    )
+    assert list(stream)[-1].usage.prompt_tokens_details.cached_tokens > 0
+
+
 def test_completion_and_its_usage(client):
     completion = client.completions.create(model="tiny", prompt="The cache", max_tokens=7, **GREEDY)
     choice = completion.choices[0]
