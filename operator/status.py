@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pagoda.operator.api.types import (
+    AdapterRoll,
     AdapterStatus,
     Condition,
     InferenceServiceStatus,
@@ -110,15 +111,7 @@ def current_adapters(isvc: Isvc, adapters: list[AdapterStatus]) -> list[AdapterS
 def adapter_problem(adapters: list[AdapterStatus]) -> Problem | None:
     for adapter in adapters:
         roll = adapter.roll
-        if (
-            roll is not None
-            and roll.version == adapter.version
-            and "Failed"
-            in (
-                roll.phase,
-                roll.outcome,
-            )
-        ):
+        if roll is not None and roll.version == adapter.version and _failed(roll):
             return Problem(
                 "AdapterLoadFailed",
                 f"adapter {adapter.name}: {roll.message} (fix spec.adapters: a new uri or "
@@ -132,6 +125,10 @@ def adapter_problem(adapters: list[AdapterStatus]) -> Problem | None:
                     " (fix spec.adapters: a new uri or version is loaded again)",
                 )
     return None
+
+
+def _failed(roll: AdapterRoll) -> bool:
+    return roll.phase == "Failed" or roll.outcome == "Failed"
 
 
 def adapters_condition(isvc: Isvc, observed: Observed) -> tuple[str, str, str]:
