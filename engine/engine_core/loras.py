@@ -5,9 +5,9 @@ Adding an adapter tells every rank about it (each reads it in the background whi
 host memory has room). The scheduler asks `is_ready` before it lets an adapter's first
 request run; one with no copy in memory (past `max_cpu_loras`) is then loaded on every
 rank.
-Removing one waits until none of its requests is left (in-flight requests finish on it),
-then every rank forgets it. An adapter that fails to read on rank 0 fails its requests
-with the reason.
+Removing one waits until none of its requests is left (in-flight requests, queued ones
+included, finish on it), then every rank forgets it. An adapter that fails to read on
+rank 0 fails its requests with the reason.
 """
 
 from __future__ import annotations
@@ -45,7 +45,10 @@ class CoreLoRAs:
             self._removing.add(lora_id)
 
     def is_ready(self, lora_id: int) -> bool:
-        if lora_id not in self.adapters or lora_id in self._removing:
+        # a removed adapter still serves the requests that reached the core for it (they
+        # were prepared before the removal: the frontend hands its id out no more); were
+        # they left waiting, the adapter could never go and they never finish
+        if lora_id not in self.adapters:
             return False
         if self.manager.is_ready(lora_id):
             return True

@@ -35,6 +35,7 @@ class FrontendLoRAs:
         self.by_name: dict[str, Adapter] = {}
         self.by_id: dict[int, Adapter] = {}
         self._last_id = 0  # ids are never reused: the prefix cache keys on them
+        self._replaced: set[int] = set()  # ids whose name moved to a newer adapter
 
     def register(self, request: LoRARequest) -> tuple[Adapter, bool]:
         """The adapter for `request`, and whether it is new (then the core must be told);
@@ -42,7 +43,12 @@ class FrontendLoRAs:
         if not self.config.enable_lora:
             raise ValueError("LoRA is not enabled: start the engine with enable_lora=True")
         _check_request(request)
-        known = self.by_name.get(request.lora_name) or self.by_id.get(request.lora_int_id)
+        newer = self.by_name.get(request.lora_name)
+        if request.lora_int_id in self._replaced and newer is not None:
+            # a request that named the adapter just before it was replaced (a server
+            # resolves the name, then prepares): the name's newer version serves it
+            return newer, False
+        known = newer or self.by_id.get(request.lora_int_id)
         if known is not None:
             if known.request == request:
                 return known, False
@@ -76,6 +82,7 @@ class FrontendLoRAs:
         self.by_name[request.lora_name] = adapter
         if old is not None:
             del self.by_id[old.request.lora_int_id]
+            self._replaced.add(old.request.lora_int_id)
         self._last_id = max(self._last_id, request.lora_int_id)
         return adapter, old
 

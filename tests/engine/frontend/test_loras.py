@@ -32,6 +32,8 @@ def test_replace_swaps_in_one_step(registry, peft_adapters, monkeypatch):
     assert seen_while_checking == [old]  # the old one served while the new was checked
     assert replaced is old and registry.by_name["sql"] is new
     assert set(registry.by_id) == {2}
+    # a request that named the old one just before the swap is served by the new one
+    assert registry.register(old.request) == (new, False)
 
     with pytest.raises(FileNotFoundError):
         registry.replace(LoRARequest("sql", 3, "/nonexistent/adapter"))
