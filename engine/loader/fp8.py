@@ -75,9 +75,11 @@ def dequantize(
         if scale.numel() != out:
             raise ValueError(_shape_error(name, scale, (out, 1), "one scale per output channel"))
         scale = scale.reshape(out, 1)
-    elif scale.numel() != 1:
+    elif scale.numel() == 1:
+        scale = scale.reshape(())
+    else:
         raise ValueError(_shape_error(name, scale, (1,), "one scale per tensor"))
-    return weight.to(torch.float32) * scale.reshape(scale.shape if scale.ndim == 2 else ())
+    return weight.to(torch.float32) * scale
 
 
 def quantize_activations(model: nn.Module, scheme: Fp8Checkpoint) -> None:

@@ -35,15 +35,14 @@ from pagoda.operator.adapters.plan import (
 )
 from pagoda.operator.adapters.roll import (
     Rolled,
-    Stable,
     advance,
     engine_wanted,
     reported_name,
     stable_of,
     steps_of,
 )
-from pagoda.operator.api.types import Adapter, AdapterOnPod, AdapterRoll, AdapterStatus
-from pagoda.operator.autoscaler.signals import read_routers, ready_pods
+from pagoda.operator.api.types import Adapter, AdapterOnPod, AdapterStatus
+from pagoda.operator.autoscaler.signals import read_isvc_routers
 from pagoda.operator.builders import names
 from pagoda.operator.builders.adapters import READINESS_GATE
 from pagoda.operator.builders.context import Isvc
@@ -120,12 +119,9 @@ class AdapterSync:
     ) -> tuple[list[AdapterStatus], list[tuple[str, str, str]]]:
         """This round's status.adapters, and the Events to post."""
         last = {a.name: a for a in previous}
-        copies_of = {
-            spec.name: engine_wanted(spec, stable_of(spec, last.get(spec.name)) or _new(spec),
-                                     _roll(last.get(spec.name)))
-            for spec in isvc.spec.adapters
-        }  # fmt: skip
-        wanted = [w for copies in copies_of.values() for w in copies]
+        wanted = [
+            w for spec in isvc.spec.adapters for w in engine_wanted(spec, last.get(spec.name))
+        ]
         before = {(a.name, p.pod): p for a in previous for p in a.pods}
         pods = sorted(_engine_pods(self.kube, isvc), key=lambda p: p["metadata"]["name"])
         live: set[str] = set()
@@ -153,9 +149,7 @@ class AdapterSync:
 
     def _splitting(self, isvc: Isvc) -> set[str] | None:
         """The adapters any ready router still splits; None unless every one answered."""
-        selector = names.selector_string(names.router_selector(isvc) | names.MANAGED_BY_LABEL)
-        routers = ready_pods(self.kube.list(POD, isvc.namespace, selector))
-        readings, unanswered = read_routers(self.http, routers)
+        readings, unanswered = read_isvc_routers(self.kube, self.http, isvc)
         if unanswered:
             return None
         return {name for reading in readings for name in reading.adapter_splits}
@@ -298,14 +292,6 @@ def _gate_status(pod: Mapping[str, Any]) -> str | None:
         if condition.get("type") == READINESS_GATE:
             return condition.get("status")
     return None
-
-
-def _new(spec: Adapter) -> Stable:
-    return Stable(spec.version, spec.uri)
-
-
-def _roll(status: AdapterStatus | None) -> AdapterRoll | None:
-    return status.roll if status is not None else None
 
 
 def _seed(isvc: Isvc, last: Mapping[str, AdapterStatus]) -> PodMemory:

@@ -70,8 +70,11 @@ def steps_of(rollout: Rollout) -> list[Step]:
     return [Step(100, 0.0)]
 
 
-def engine_wanted(spec: Adapter, stable: Stable, roll: AdapterRoll | None) -> list[Wanted]:
-    """The copies every engine pod holds for one adapter this round."""
+def engine_wanted(spec: Adapter, status: AdapterStatus | None) -> list[Wanted]:
+    """The copies every engine pod holds for one adapter this round, from its last
+    status (none: an adapter new to the spec, loaded as the spec says)."""
+    stable = stable_of(spec, status) or Stable(spec.version, spec.uri)
+    roll = status.roll if status is not None else None
     if roll is None or roll.phase == "Failed":
         return [_wanted(spec.name, stable.version, stable.uri)]
     new = _wanted(roll.staged_as, roll.version, roll.uri)

@@ -24,7 +24,7 @@ import httpx
 from pagoda.operator import metrics
 from pagoda.operator.api.types import AutoscalingStatus, ScaleDecision
 from pagoda.operator.autoscaler.decide import Decision, Memory, Sample, decide
-from pagoda.operator.autoscaler.signals import read_routers, ready_pods, sample_from
+from pagoda.operator.autoscaler.signals import read_isvc_routers, sample_from
 from pagoda.operator.builders import names
 from pagoda.operator.builders.context import Isvc
 from pagoda.operator.kube import INFERENCE_SERVICE, POD, Kube, get_live
@@ -99,9 +99,7 @@ class Autoscaler:
         return True
 
     def _observe(self, isvc: Isvc, state: _State, now: float) -> None:
-        selector = names.selector_string(names.router_selector(isvc) | names.MANAGED_BY_LABEL)
-        routers = ready_pods(self.kube.list(POD, isvc.namespace, selector))
-        readings, unanswered = read_routers(self.http, routers)
+        readings, unanswered = read_isvc_routers(self.kube, self.http, isvc)
         if readings:
             state.history.append(sample_from(readings, unanswered, state.received, now))
             state.received = {r.pod: r.received for r in readings}

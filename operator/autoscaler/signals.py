@@ -18,7 +18,10 @@ from typing import Any
 import httpx
 
 from pagoda.operator.autoscaler.decide import Sample
+from pagoda.operator.builders import names
+from pagoda.operator.builders.context import Isvc
 from pagoda.operator.builders.names import ROUTER_PORT
+from pagoda.operator.kube import POD, Kube
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,14 @@ def ready_pods(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         if ready and status.get("podIP") and not pod["metadata"].get("deletionTimestamp"):
             found.append(pod)
     return found
+
+
+def read_isvc_routers(
+    kube: Kube, client: httpx.Client, isvc: Isvc
+) -> tuple[list[RouterReading], int]:
+    """The /stats of each ready router of an InferenceService, and how many did not answer."""
+    selector = names.selector_string(names.router_selector(isvc) | names.MANAGED_BY_LABEL)
+    return read_routers(client, ready_pods(kube.list(POD, isvc.namespace, selector)))
 
 
 def read_routers(

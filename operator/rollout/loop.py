@@ -17,7 +17,7 @@ import httpx
 
 from pagoda.operator import metrics
 from pagoda.operator.api.types import InferenceServiceStatus, RevisionCounts
-from pagoda.operator.autoscaler.signals import read_routers, ready_pods
+from pagoda.operator.autoscaler.signals import read_isvc_routers
 from pagoda.operator.builders import names
 from pagoda.operator.builders.context import Isvc
 from pagoda.operator.kube import DEPLOYMENT, INFERENCE_SERVICE, POD, Kube, get_live, merge_patch
@@ -120,9 +120,7 @@ class RolloutSync:
     ) -> tuple[dict[str, RevisionCounts] | None, Sequence[float]]:
         """Each revision's counts summed over the ready routers; None unless every
         ready router answered (a step is never judged on part of the traffic)."""
-        selector = names.selector_string(names.router_selector(isvc) | names.MANAGED_BY_LABEL)
-        routers = ready_pods(self.kube.list(POD, isvc.namespace, selector))
-        readings, unanswered = read_routers(self.http, routers)
+        readings, unanswered = read_isvc_routers(self.kube, self.http, isvc)
         if not readings or unanswered:
             return None, ()
         totals: dict[str, RevisionCounts] = {}

@@ -64,7 +64,7 @@ def test_a_roll_stages_shifts_in_steps_promotes_and_retires():
         "v1",
     )
     # every pod holds the old copy under the plain name and the new one beside it
-    assert engine_wanted(spec(), Stable("v1", V1), status.roll) == [
+    assert engine_wanted(spec(), status) == [
         Wanted("sql", "/srv/adapters/sql-v1", "v1"),
         Wanted("sql@v2", "/srv/adapters/sql-v2", "v2"),
     ]
@@ -80,9 +80,7 @@ def test_a_roll_stages_shifts_in_steps_promotes_and_retires():
     promoting, _ = run(last, pods(both, both), at=31)
     assert (promoting.roll.phase, promoting.roll.weight) == ("Promoting", 100)
     # promoting: the plain name is replaced by v2 while every request is on the copy
-    assert engine_wanted(spec(), Stable("v1", V1), promoting.roll)[0] == Wanted(
-        "sql", "/srv/adapters/sql-v2", "v2"
-    )
+    assert engine_wanted(spec(), promoting)[0] == Wanted("sql", "/srv/adapters/sql-v2", "v2")
     new = {"sql": ("loaded", "v2"), "sql@v2": ("loaded", "v2")}
     waiting, _ = run(promoting, pods(new, both), at=32)
     assert waiting.roll.phase == "Promoting"
@@ -98,9 +96,7 @@ def test_a_roll_stages_shifts_in_steps_promotes_and_retires():
     assert run(retiring, pods(new, new), splitting=None)[0].roll.phase == "Retiring"
     done, events = run(retiring, pods(new, new))
     assert done.roll is None and done.stable_version == "v2"
-    assert engine_wanted(spec(), Stable("v2", V2), None) == [
-        Wanted("sql", "/srv/adapters/sql-v2", "v2")
-    ]
+    assert engine_wanted(spec(), done) == [Wanted("sql", "/srv/adapters/sql-v2", "v2")]
     assert events == (("Normal", "AdapterRolled", "adapter sql now serves v2"),)
 
 
@@ -114,9 +110,7 @@ def test_a_refused_version_fails_the_roll_and_the_old_one_serves_on():
     assert events[0][:2] == ("Warning", "AdapterRollFailed")
     failed, _ = run(retiring, on_pods)
     assert failed.roll.phase == "Failed"
-    assert engine_wanted(spec(), Stable("v1", V1), failed.roll) == [
-        Wanted("sql", "/srv/adapters/sql-v1", "v1")
-    ]
+    assert engine_wanted(spec(), failed) == [Wanted("sql", "/srv/adapters/sql-v1", "v1")]
     # not tried again for that version; another version (or the old one) moves on
     assert run(failed, on_pods)[0].roll.phase == "Failed"
     again, _ = run(failed, on_pods, target=spec("v3", V3))
