@@ -2,7 +2,8 @@
 operator replicas, the demo model's InferenceService with its LoRA adapter behind the
 router, every pod a real process) under `pagoda bench serve` load. Every dashboard
 panel's and variable's query returns a series, and so does every series an alert
-expression selects; killing the engine fires PagodaEngineDown, and its restart resolves it.
+expression selects; a hung engine fires PagodaEngineDown, and killing it (the backer
+restarts it) resolves it.
 """
 
 from __future__ import annotations
@@ -147,8 +148,10 @@ def test_killing_the_engine_fires_its_alert_and_its_restart_resolves_it(demo):
     ).items
     pod = next(p for p in engines if p.status.phase == "Running")
     assert firing(prometheus, "PagodaEngineDown") == []
-    pid = running.backer.pods[pod.metadata.uid].proc.pid
-    os.killpg(os.getpgid(pid), signal.SIGKILL)  # the engine and its core process
+    group = os.getpgid(running.backer.pods[pod.metadata.uid].proc.pid)  # engine and core
+    # hung first, then killed: a killed engine is restarted within a second and can answer
+    # again before Prometheus's next scrape (every 5 s), so no scrape would see it down
+    os.killpg(group, signal.SIGSTOP)
 
     deadline = time.monotonic() + 60
     while not (fired := firing(prometheus, "PagodaEngineDown")):
@@ -158,6 +161,7 @@ def test_killing_the_engine_fires_its_alert_and_its_restart_resolves_it(demo):
     assert fired[0]["labels"]["severity"] == "critical"
     assert "does not answer its metrics scrape" in fired[0]["annotations"]["summary"]
 
+    os.killpg(group, signal.SIGKILL)
     deadline = time.monotonic() + 300  # the backer restarts it; torch and the model load
     while firing(prometheus, "PagodaEngineDown"):
         assert time.monotonic() < deadline, "PagodaEngineDown still firing after 300 s"
