@@ -14,7 +14,7 @@ DEMO_MODEL ?= $(PAGODA_CACHE_DIR)/demo/smollm2-135m
 DEMO_STATE := .cache/demo
 
 .PHONY: setup test soak lint format run run-intro stop serve demo-model prometheus grafana-schema \
-	clean generate
+	clean generate images images-push image-tools
 
 setup: $(STAMP)
 
@@ -32,7 +32,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $@
 
-test: setup k8s-tools demo-model prometheus grafana-schema
+test: setup k8s-tools demo-model prometheus grafana-schema image-tools
+	@# the images the image tests run (they skip, saying why, where nothing can build them)
+	@$(PYTHON) images/build.py --if-possible
 	$(BIN)/pytest
 
 # Grafana's dashboard types and tsc (npm), which the dashboards' schema test runs.
@@ -87,6 +89,35 @@ serve: setup demo-model
 	OMP_NUM_THREADS=2 $(BIN)/pagoda serve $(DEMO_MODEL) --host 127.0.0.1 --port $(PORT) \
 		--served-model-name smollm2 --enable-lora \
 		--lora-modules sonnets=$(DEMO_MODEL)/adapters/sonnets
+
+# The serving images (images/README.md): docker build where a Docker engine answers,
+# else buildah on a base that mmdebstrap makes; a no-op when the images of this checkout
+# are built. Tagged with the version and the commit.
+images: image-tools
+	@$(PYTHON) images/build.py
+
+# make images-push REGISTRY=registry.example.com/pagoda [TLS_VERIFY=false]
+images-push: images
+	@test -n "$(REGISTRY)" || { echo "images-push: set REGISTRY=host[:port][/path]"; exit 2; }
+	@$(PYTHON) images/build.py --push $(REGISTRY) --tls-verify=$(or $(TLS_VERIFY),true)
+
+# buildah, podman, skopeo, mmdebstrap and runc from Debian when there is no Docker engine
+# and this is a root Debian machine (the image tests skip where podman is missing).
+IMAGE_TOOLS := buildah podman skopeo mmdebstrap runc
+image-tools:
+	@if ! docker info >/dev/null 2>&1; then \
+		missing=""; for tool in $(IMAGE_TOOLS); do \
+			command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+		if [ -n "$$missing" ]; then \
+			if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+				echo "installing Debian's$$missing (image builds without Docker)"; \
+				apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+					--no-install-recommends $(IMAGE_TOOLS) uidmap >/dev/null; \
+			else \
+				echo "image-tools:$$missing missing: install them, or a Docker engine"; \
+			fi; \
+		fi; \
+	fi
 
 # The CRDs in crds/ and charts/pagoda/ come from the typed API in operator/api/;
 # tests/operator/test_generated.py fails when they are stale.

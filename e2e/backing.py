@@ -24,6 +24,10 @@ POD_IP, POD_NAME, POD_NAMESPACE, NODE_NAME and the container's literal env value
 when the pod mounts its ServiceAccount's token (the default), KUBECONFIG: a kubeconfig
 with a TokenRequest token of that ServiceAccount, so the process calls the API server
 with exactly the rights its RBAC grants (a Backend's own KUBECONFIG takes precedence).
+
+A Backend with `runtime=Podman()` (containers.py) runs the same command line inside the
+pod's own image with podman instead, its volumes, security context and limits mapped as
+a kubelet maps them.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e import kubeconfig, podstatus
+from e2e.containers import Podman, PodSpecError, podman_env
 from e2e.podstatus import BACKED_ANNOTATION, Probe
 from e2e.procs import Proc, spawn, stop
 
@@ -66,6 +71,7 @@ class Backend:
     selector: dict[str, str]
     argv: list[str] | Callable[[Any], list[str]]
     env: dict[str, str] = field(default_factory=dict)
+    runtime: Podman | None = None  # None: a host process; else the pod's image, in podman
 
     def template_for(self, pod) -> list[str]:
         return self.argv(pod) if callable(self.argv) else self.argv
@@ -85,6 +91,8 @@ class _Backed:
     started_at: str = ""
     restart_at: float = 0.0  # monotonic time of the next start after an exit
     reported: tuple = ()
+    runtime: Podman | None = None
+    container: str = ""  # the podman container's name, when runtime is set
 
 
 class PodBacker:
@@ -148,8 +156,7 @@ class PodBacker:
         for thread in list(self.terminating.values()):
             thread.join(timeout=MAX_GRACE_S + 5)
         for backed in self.pods.values():
-            if backed.proc is not None:
-                stop(backed.proc, grace_s=MAX_GRACE_S)
+            self._halt(backed, MAX_GRACE_S)
         self.pods.clear()
 
     # -- one pass ----------------------------------------------------------------------
@@ -190,16 +197,19 @@ class PodBacker:
         if backed.proc is not None and not self._on_exit(pod, backed):
             return  # it ran, exited, and waits for its restart (or never restarts)
         try:
-            argv, env = self._command(pod, backed.ip)
+            argv, env, backed.runtime = self._command(pod, backed.ip)
+            if backed.runtime is not None:
+                argv, env = self._containerized(pod, backed, argv, env)
         except ValueError as exc:
-            reason = str(exc)
+            reason, why = (
+                str(exc),
+                ("CreateContainerConfigError" if isinstance(exc, PodSpecError) else "NoBackend"),
+            )
             self._report(
                 pod,
                 backed,
-                ("no-backend", reason),
-                lambda: podstatus.waiting_status(
-                    pod, backed.ip, "NoBackend", reason, backed.restart_count
-                ),
+                ("not-started", reason),
+                lambda: podstatus.waiting_status(pod, backed.ip, why, reason, backed.restart_count),
             )
             return
         backed.probe = podstatus.probe_for(pod.spec.containers[0])
@@ -211,10 +221,29 @@ class PodBacker:
             "pod %s runs as pid %d on %s: %s", _key(pod), backed.proc.pid, backed.ip, " ".join(argv)
         )
 
+    def _containerized(
+        self, pod, backed: _Backed, argv: list[str], env: dict[str, str]
+    ) -> tuple[list[str], dict[str, str]]:
+        """The `podman run` that runs argv inside the pod's image, and podman's own env."""
+        scratch = self.log_dir / "volumes" / pod.metadata.uid
+        backed.container = backed.runtime.container_name(pod, backed.restart_count)
+        return backed.runtime.run_argv(pod, argv, env, scratch, backed.restart_count), podman_env()
+
+    def _halt(self, backed: _Backed, grace_s: float, key: str = "") -> None:
+        """Stop what runs the pod: its process, or its container (SIGTERM, SIGKILL after
+        the grace period, as the kubelet does), which is then removed."""
+        if backed.proc is None:
+            return
+        if backed.runtime is not None:
+            backed.runtime.stop(backed.container, grace_s)
+        stop(backed.proc, grace_s=grace_s if backed.runtime is None else 5.0)
+        if backed.runtime is not None:
+            backed.runtime.reap(backed.container, key)
+
     def _on_exit(self, pod, backed: _Backed) -> bool:
         """Report the exit; True when the process should start again now."""
         if backed.restart_at == 0.0:  # first pass since it exited
-            stop(backed.proc)  # reaps it and any worker it left behind
+            self._halt(backed, 0.0, _key(pod))  # reaps it and any worker it left behind
             tail = backed.proc.log_tail(5)
             log.info("process of pod %s exited:\n%s", _key(pod), tail)
             self._report(
@@ -232,11 +261,12 @@ class PodBacker:
         backed.restart_at = 0.0
         return True
 
-    def _command(self, pod, ip: str) -> tuple[list[str], dict[str, str]]:
+    def _command(self, pod, ip: str) -> tuple[list[str], dict[str, str], Podman | None]:
         container = pod.spec.containers[0]
         labels = pod.metadata.labels or {}
         template = podstatus.command_from_annotation(pod)
         backend_env: dict[str, str] = {}
+        runtime = None
         if template is None:
             backend = next((b for b in reversed(self.backends) if b.matches(labels)), None)
             if backend is None:
@@ -245,6 +275,7 @@ class PodBacker:
                     f"registered Backend matches labels {labels}"
                 )
             template, backend_env = backend.template_for(pod), backend.env
+            runtime = backend.runtime
         values = {
             "pod_ip": ip,
             "port": podstatus.container_port(container),
@@ -265,7 +296,7 @@ class PodBacker:
         )
         if "KUBECONFIG" not in env and (path := self._service_account_kubeconfig(pod)):
             env["KUBECONFIG"] = str(path)
-        return argv, env
+        return argv, env, runtime
 
     def _service_account_kubeconfig(self, pod) -> Path | None:
         """The kubelet's projected token, as a kubeconfig file: None when the pod opts
@@ -303,7 +334,7 @@ class PodBacker:
             if pre_stop > 0:
                 log.info("pod %s: preStop sleep %.0f s", _key(pod), pre_stop)
                 time.sleep(pre_stop)
-            stop(backed.proc, grace_s=grace - pre_stop)
+            self._halt(backed, grace - pre_stop, _key(pod))
         from kubernetes.client.exceptions import ApiException
 
         try:  # what the kubelet does once containers are gone
@@ -315,9 +346,7 @@ class PodBacker:
                 raise
 
     def _forget(self, uid: str) -> None:
-        backed = self.pods.pop(uid)
-        if backed.proc is not None:
-            stop(backed.proc, grace_s=MAX_GRACE_S)
+        self._halt(self.pods.pop(uid), MAX_GRACE_S)
 
     def _report(self, pod, backed: _Backed, state: tuple, build) -> None:
         """Patch the pod's status when what it should report changed, or when someone

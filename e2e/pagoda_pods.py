@@ -1,10 +1,11 @@
 """Pagoda's own pods as local processes: what the PodBacker runs for the chart's operator
 replicas, the routers and the engines (the e2e tests' fixtures and `make run` alike).
 
-Each pod runs the command of its own container, as a kubelet would, with three changes
-for a machine without containers: the program comes from this Python environment, it
-binds to the pod's loopback IP and port instead of 0.0.0.0, and paths under a hostPath
-volume's mount are the node's (here: this machine's) folder.
+Each pod runs the command of its own container, as a kubelet would: in its own image
+with podman (`container_argv`, for a Backend with `runtime=Podman()`), or as a local
+process with three changes for a machine without containers: the program comes from this
+Python environment, it binds to the pod's loopback IP and port instead of 0.0.0.0, and
+paths under a hostPath volume's mount are the node's (here: this machine's) folder.
 """
 
 from __future__ import annotations
@@ -48,6 +49,21 @@ def engine_argv(pod) -> list[str]:
     mounts = host_paths(pod.spec.volumes or [], container.volume_mounts or [])
     args = [_resolve(arg, mounts) for arg in container.args]
     return local_argv(container.command, args)
+
+
+def container_argv(pod) -> list[str]:
+    """The pod's own command and args as its container runs them here: bound to the pod's
+    IP instead of 0.0.0.0 (the container shares this machine's network, where 0.0.0.0
+    would be every pod's address at once)."""
+    (container,) = pod.spec.containers
+    return [*(container.command or []), *(bind_pod_ip(a) for a in container.args or [])]
+
+
+def bind_pod_ip(arg: str) -> str:
+    """`--host=0.0.0.0` (engine, router) or `--http-address=0.0.0.0:PORT` (operator) on
+    the pod's IP."""
+    arg = re.sub(r"^--host=0\.0\.0\.0$", "--host={pod_ip}", arg)
+    return re.sub(r"^--http-address=0\.0\.0\.0:", "--http-address={pod_ip}:", arg)
 
 
 def local_argv(command: list[str], args: list[str], model_dir: str | None = None) -> list[str]:
