@@ -268,6 +268,9 @@ def build(image: Image, builder: str) -> dict:
         started = time.monotonic()
         log.info("building %s (inputs %s) with %s", tags(image)[0], inputs, builder)
         (build_with_docker if builder == "docker" else build_with_buildah)(image, inputs)
+        if image.inputs_hash() != inputs:  # its label would name sources it may not hold
+            _run([*store_command(), "rmi", *tags(image)], env=podman_env(), capture=True)
+            raise BuildError(f"the sources changed while {image.name} was built: build again")
         log.info("%s built in %.0f s", tags(image)[0], time.monotonic() - started)
         current = inspect(tags(image)[0])
     return {"id": current["Id"], "inputs": inputs, "tags": tags(image), "size": current.get("Size")}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
@@ -113,7 +114,7 @@ def model_dir(llama_dir, tmp_path_factory) -> Path:
 @pytest.fixture
 def namespace(api):
     core = client.CoreV1Api(api)
-    name = "images"
+    name = f"images-{uuid.uuid4().hex[:8]}"
     core.create_namespace({"metadata": {"name": name}})
     wait_for(lambda: core.list_namespaced_service_account(name).items, "default SA", 30)
     yield name

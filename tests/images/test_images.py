@@ -22,7 +22,7 @@ CHART = ROOT / "charts" / "pagoda"
 MB = 10**6
 # images/README.md states these budgets
 OPERATOR_BUDGET_MB = 400
-ENGINE_BESIDES_TORCH_BUDGET_MB = 700
+ENGINE_BESIDES_TORCH_BUDGET_MB = 1000
 CODE_LAYER_BUDGET_MB = 20
 
 needs_podman = pytest.mark.skipif(podman_missing() is not None, reason=str(podman_missing()))
@@ -124,17 +124,48 @@ def test_the_operator_image_runs_the_operator_and_the_router(built):
     assert "torch" not in shell(built["operator"], "ls /opt/pagoda/lib/python3.11/site-packages")
 
 
+# Generators run at development time (`make generate`, the dashboards), with dev extras.
+DEV_ONLY = {
+    "pagoda.operator.api.generate",
+    "pagoda.operator.observability.dashboards",
+    "pagoda.operator.observability.panels",
+}
+IMPORT_ALL = """
+import importlib, json, pkgutil, sys
+package = importlib.import_module(sys.argv[1])
+failed = {}
+for module in pkgutil.walk_packages(package.__path__, sys.argv[1] + "."):
+    if not module.name.endswith("__main__"):
+        try:
+            importlib.import_module(module.name)
+        except Exception as exc:
+            failed[module.name] = repr(exc)
+print(json.dumps(failed))
+"""
+
+
+@needs_podman
+@pytest.mark.parametrize(
+    ("name", "package"), [("engine", "pagoda.engine"), ("operator", "pagoda.operator")]
+)
+def test_every_module_imports_with_the_images_dependencies(built, name, package):
+    """The operator image installs its dependencies by name: one it misses fails here,
+    not in a cluster."""
+    out = run(built[name], "-c", IMPORT_ALL, package, entrypoint=["python"]).stdout
+    failed = {module: why for module, why in json.loads(out).items() if module not in DEV_ONLY}
+    assert not failed
+
+
 @needs_podman
 @pytest.mark.parametrize("name", images.NAMES)
 def test_no_caches_package_lists_or_pip_in_the_final_image(built, name):
     leftovers = shell(
         built[name],
-        "ls -A /root/.cache /var/lib/apt/lists /var/cache/apt 2>/dev/null | grep -v '^lock$' "
-        "| grep -v partial | grep -v ':$' | grep -v '^$'; "
+        "find /root/.cache /var/lib/apt/lists /var/cache/apt -type f ! -name lock 2>/dev/null; "
         "ls /opt/pagoda/bin | grep -x 'pip.*'; ls -d /src /tmp/installer 2>/dev/null; true",
     )
     assert leftovers.strip() == ""
-    compilers = shell(built[name], "command -v make g++ c++ cc || true").split()
+    compilers = shell(built[name], "for c in make g++ c++ cc; do command -v $c; done; true").split()
     # Triton compiles its kernel launcher with a C compiler at run time: only `cc`
     assert compilers == (["/usr/bin/cc"] if name == "engine" else [])
 
