@@ -96,14 +96,16 @@ serve: setup demo-model
 images: image-tools
 	@$(PYTHON) images/build.py
 
-# make images-push REGISTRY=registry.example.com/pagoda [TLS_VERIFY=false]
-images-push: images
+# make images-push REGISTRY=registry.example.com/pagoda [TLS_VERIFY=false]: builds first
+images-push: image-tools
 	@test -n "$(REGISTRY)" || { echo "images-push: set REGISTRY=host[:port][/path]"; exit 2; }
+	@$(PYTHON) images/build.py
 	@$(PYTHON) images/build.py --push $(REGISTRY) --tls-verify=$(or $(TLS_VERIFY),true)
 
 # buildah, podman, skopeo, mmdebstrap and runc from Debian when there is no Docker engine
-# and this is a root Debian machine (the image tests skip where podman is missing).
-IMAGE_TOOLS := buildah podman skopeo mmdebstrap runc
+# and this is a root Debian machine (the image tests skip where podman is missing), and
+# docker-registry, the registry the push test pushes to.
+IMAGE_TOOLS := buildah podman skopeo mmdebstrap runc docker-registry
 image-tools:
 	@if ! docker info >/dev/null 2>&1; then \
 		missing=""; for tool in $(IMAGE_TOOLS); do \

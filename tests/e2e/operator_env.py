@@ -115,6 +115,28 @@ def sa_kubeconfig(cluster: Cluster, core, service_account: str, path: Path) -> P
     return kubeconfig.write_token(path, cluster.server, ca, token, service_account)
 
 
+def peers(api) -> dict[str, int]:
+    """Live replicas in the peering object, by identity (pod name) → priority."""
+    peering = client.CustomObjectsApi(api).get_cluster_custom_object(
+        "kopf.dev", "v1", "clusterkopfpeerings", RELEASE
+    )
+    return {name: info["priority"] for name, info in (peering.get("status") or {}).items()}
+
+
+def leader_and_standby(api, operator) -> tuple:
+    """(leader pod, standby pod) once both replicas are Ready and in the peering."""
+
+    def ranked():
+        pods = {p.metadata.name: p for p in operator.ready_pods()}
+        live = peers(api)
+        if len(pods) != 2 or not set(pods) <= set(live):
+            return None
+        order = sorted(pods, key=live.get)
+        return pods[order[-1]], pods[order[0]]
+
+    return wait_for(ranked, "both replicas Ready and in the peering", 30)
+
+
 def uninstall(cluster: Cluster, api, operator: Operator) -> None:
     """Stop the replicas first (they leave the peering on SIGTERM), then remove the
     release: RBAC must outlive the processes that use it."""

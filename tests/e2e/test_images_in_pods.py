@@ -32,7 +32,6 @@ from e2e.pagoda_pods import (
 )
 from images import build as images
 from tests.e2e import operator_env as env
-from tests.e2e.test_operator_ha import leader_and_standby
 
 pytestmark = [
     pytest.mark.e2e,
@@ -139,7 +138,7 @@ def post(url: str, body: dict) -> dict:
 
 
 def test_operator_image_replicas_reconcile_and_hand_over(api, backer, operator, namespace, built):
-    leader, standby = leader_and_standby(api, operator)
+    leader, standby = env.leader_and_standby(api, operator)
     for pod in (leader, standby):
         info = inspect_container(container_of(backer, pod))
         assert info["ImageName"] == built["operator"]

@@ -19,30 +19,8 @@ pytestmark = pytest.mark.e2e
 RBAC_DENIAL = re.compile(r'forbidden: User \\?"[^"\\]+\\?" cannot')  # plain or in JSON
 
 
-def peers(api) -> dict[str, int]:
-    """Live replicas in the peering object, by identity (pod name) → priority."""
-    peering = client.CustomObjectsApi(api).get_cluster_custom_object(
-        "kopf.dev", "v1", "clusterkopfpeerings", env.RELEASE
-    )
-    return {name: info["priority"] for name, info in (peering.get("status") or {}).items()}
-
-
-def leader_and_standby(api, operator) -> tuple:
-    """(leader pod, standby pod) once both replicas are Ready and in the peering."""
-
-    def ranked():
-        pods = {p.metadata.name: p for p in operator.ready_pods()}
-        live = peers(api)
-        if len(pods) != 2 or not set(pods) <= set(live):
-            return None
-        order = sorted(pods, key=live.get)
-        return pods[order[-1]], pods[order[0]]
-
-    return wait_for(ranked, "both replicas Ready and in the peering", 30)
-
-
 def test_only_the_leader_acts_and_the_standby_takes_over(api, backer, pagoda_operator, namespace):
-    leader, standby = leader_and_standby(api, pagoda_operator)
+    leader, standby = env.leader_and_standby(api, pagoda_operator)
     before = env.reconciles(leader), env.reconciles(standby)
     env.create(api, namespace, env.isvc("ha-a"))
     env.wait_ready(api, namespace, "ha-a")
@@ -79,7 +57,7 @@ def test_only_the_leader_acts_and_the_standby_takes_over(api, backer, pagoda_ope
     assert len(core.list_namespaced_pod(namespace, label_selector=engines).items) == 2
 
     # the killed replica restarted (same pod, newer start) and now stands by
-    new_leader, new_standby = leader_and_standby(api, pagoda_operator)
+    new_leader, new_standby = env.leader_and_standby(api, pagoda_operator)
     assert (new_leader.metadata.name, new_standby.metadata.name) == (
         standby.metadata.name,
         leader.metadata.name,
