@@ -144,6 +144,8 @@ def test_operator_image_replicas_reconcile_and_hand_over(api, backer, operator, 
         assert info["ImageName"] == built["operator"]
         assert info["HostConfig"]["ReadonlyRootfs"] is True
         assert info["Config"]["User"] == "10001:10001"
+        assert info["HostConfig"]["Memory"] == 512 * 2**20  # the chart's limit, 512Mi
+        assert info["HostConfig"]["CapDrop"] and "no-new-privileges" in str(info["HostConfig"])
 
     # the leader's container dies; the standby, a container too, takes over
     before = env.reconciles(standby)
