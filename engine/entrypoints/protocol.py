@@ -59,6 +59,8 @@ class SamplingFields(OpenAIModel):
     skip_special_tokens: bool = True
     priority: int = 0  # lower runs first under --scheduling-policy priority
     cache_salt: str | None = None  # keeps this request's prefix-cache entries private
+    # keep the prompt's last k tokens; -1: the model's context length
+    truncate_prompt_tokens: int | None = documented(minimum=-1)
 
 
 class CompletionRequest(SamplingFields):
@@ -69,6 +71,7 @@ class CompletionRequest(SamplingFields):
     logprobs: int | None = documented(minimum=0, maximum=MAX_LOGPROBS)  # top alternatives
     echo: bool = False
     suffix: str | None = documented(maxLength=0)  # not supported yet
+    add_special_tokens: bool = True  # vLLM's extra: False leaves out BOS and the like
     best_of: int | None = None  # only best_of == n is supported
 
 

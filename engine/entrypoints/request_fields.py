@@ -45,7 +45,6 @@ SHARED = {
     "spaces_between_special_tokens": Refused(
         "vLLM", "special tokens are always joined with spaces: leave it out", (None, True)
     ),
-    "truncate_prompt_tokens": Refused("vLLM", "shorten the prompt on the client instead"),
     "prompt_logprobs": Refused("vLLM", "prompt logprobs are not supported yet: leave it out"),
     "allowed_token_ids": Refused("vLLM", "restricting the vocabulary is not supported yet"),
     "bad_words": Refused("vLLM", "banned words are not supported yet", (None, [])),
@@ -69,9 +68,6 @@ SHARED = {
 
 COMPLETION = SHARED | {
     "prompt_embeds": Refused("vLLM", "send the prompt as text or token ids"),
-    "add_special_tokens": Refused(
-        "vLLM", "special tokens (BOS) are always added to a completion prompt", (None, True)
-    ),
     "response_format": Refused("vLLM", _GUIDED, (None, {"type": "text"})),
 }
 

@@ -10,6 +10,7 @@ from fastapi import Request
 from pagoda.engine.entrypoints.admission import Ticket
 from pagoda.engine.entrypoints.errors import APIError
 from pagoda.engine.entrypoints.logprobs import TokenTexts, chat_logprobs
+from pagoda.engine.entrypoints.prompt_tokens import check_truncation, truncated
 from pagoda.engine.entrypoints.protocol import (
     ChatChoice,
     ChatChunkChoice,
@@ -71,9 +72,14 @@ async def create_chat_completion(
             raise APIError(400, message, param="max_completion_tokens")
         max_tokens = body.max_completion_tokens
     params = sampling_params(body, max_tokens, num_top)
+    check_truncation(body.truncate_prompt_tokens)
     ticket = state.admission.acquire(max(1, params.n))
     with released_on_error(ticket):
-        token_ids = conversation_tokens(engine, body.messages, body.add_generation_prompt)
+        token_ids = truncated(
+            conversation_tokens(engine, body.messages, body.add_generation_prompt),
+            body.truncate_prompt_tokens,
+            engine.config.max_model_len,
+        )
         job = _Job(body, model, engine, None, texts, state.settings.request_timeout)
         job.prepared = engine.prepare(
             {"prompt_token_ids": token_ids},

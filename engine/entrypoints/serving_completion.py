@@ -13,6 +13,7 @@ from fastapi import Request
 from pagoda.engine.entrypoints.admission import Ticket
 from pagoda.engine.entrypoints.errors import APIError
 from pagoda.engine.entrypoints.logprobs import TokenTexts, completion_logprobs
+from pagoda.engine.entrypoints.prompt_tokens import check_truncation, completion_prompt
 from pagoda.engine.entrypoints.protocol import (
     CompletionChoice,
     CompletionRequest,
@@ -80,7 +81,11 @@ async def create_completion(
     engine = state.require_engine()
     model, lora_request = state.resolve_model(body.model, body.lora_name)
     _refuse_unsupported(body)
-    prompts = _prompts(body.prompt)
+    check_truncation(body.truncate_prompt_tokens)
+    prompts = [
+        completion_prompt(engine, p, body.add_special_tokens, body.truncate_prompt_tokens)
+        for p in _prompts(body.prompt)
+    ]
     params = sampling_params(body, body.max_tokens, body.logprobs)
     ticket = state.admission.acquire(len(prompts) * max(1, params.n))
     with released_on_error(ticket):

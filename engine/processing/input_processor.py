@@ -74,7 +74,10 @@ class InputProcessor:
     def process_prompt(self, prompt: Prompt) -> ProcessedPrompt:
         if isinstance(prompt, dict):
             if "prompt_token_ids" in prompt:
-                return self._token_prompt(prompt["prompt_token_ids"])
+                # a text beside the ids is what they were made from (echoed back as is)
+                text = prompt.get("prompt")
+                ids = self._token_prompt(prompt["prompt_token_ids"]).token_ids
+                return ProcessedPrompt(text if isinstance(text, str) else None, ids)
             if "prompt" in prompt:
                 return self.process_prompt(prompt["prompt"])
             raise ValueError("a prompt dict needs 'prompt' or 'prompt_token_ids'")
