@@ -198,7 +198,7 @@ def test_builtin_mode_keeps_the_replicas_within_bounds_without_signals(
 def test_a_leader_killed_mid_way_changes_no_decision(
     api, backer, pagoda_operator, real_engines, namespace
 ):
-    from tests.e2e.test_operator_ha import leader_and_standby
+    from tests.e2e.operator_env import leader_and_standby
 
     # idle at 2 replicas: the leader would remove one a delay after it first looked
     spec = {"minReplicas": 1, "maxReplicas": 2, "scaleDownDelaySeconds": 60,
