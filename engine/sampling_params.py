@@ -37,6 +37,11 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     ignore_eos: bool = False
     logprobs: int | None = None  # top-k logprobs per generated token, plus the chosen one
+    allowed_token_ids: list[int] | None = None  # None: the whole vocabulary may be sampled
+    bad_words: list[str] = field(default_factory=list)  # never generated (as tokens, below)
+    # bad_words as token sequences, with and without a leading space (set from the
+    # tokenizer by the input processor, as vLLM's update_from_tokenizer does)
+    bad_words_token_ids: list[list[int]] = field(default_factory=list)
     prompt_logprobs: None = None  # not supported; kept so callers get a clear error
     skip_special_tokens: bool = True
     # What each streamed RequestOutput holds: everything so far, only what is new, or
@@ -48,6 +53,9 @@ class SamplingParams:
             self.stop = [self.stop]
         self.stop = list(self.stop or [])
         self.stop_token_ids = list(self.stop_token_ids or [])
+        self.bad_words = list(self.bad_words or [])
+        if self.allowed_token_ids is not None:
+            self.allowed_token_ids = list(self.allowed_token_ids)
         if self.top_k == -1:
             self.top_k = 0
 
@@ -88,6 +96,7 @@ class SamplingParams:
         )
         self._validate_lengths()
         self._validate_stops(vocab_size)
+        self._validate_vocabulary(vocab_size)
         self._validate_logprobs()
 
     def _validate_lengths(self) -> None:
@@ -127,6 +136,29 @@ class SamplingParams:
                 token_id,
                 f"token ids in [0, {vocab_size})" if vocab_size else "token ids >= 0",
             )
+
+    def _validate_vocabulary(self, vocab_size: int | None) -> None:
+        if self.allowed_token_ids is not None:
+            _check(
+                len(self.allowed_token_ids) > 0,
+                "allowed_token_ids",
+                self.allowed_token_ids,
+                "a non-empty list of token ids (leave it out to allow every token)",
+            )
+            for token_id in self.allowed_token_ids:
+                in_vocab = vocab_size is None or (
+                    isinstance(token_id, int) and token_id < vocab_size
+                )
+                _check(
+                    isinstance(token_id, int) and not isinstance(token_id, bool)
+                    and token_id >= 0 and in_vocab,
+                    "allowed_token_ids",
+                    token_id,
+                    f"token ids in [0, {vocab_size})" if vocab_size else "token ids >= 0",
+                )  # fmt: skip
+        for word in self.bad_words:
+            _check(isinstance(word, str) and word.strip() != "", "bad_words", word,
+                   "non-empty strings")  # fmt: skip
 
     def _validate_logprobs(self) -> None:
         if self.logprobs is not None:

@@ -59,6 +59,8 @@ class SamplingFields(OpenAIModel):
     skip_special_tokens: bool = True
     priority: int = 0  # lower runs first under --scheduling-policy priority
     cache_salt: str | None = None  # keeps this request's prefix-cache entries private
+    allowed_token_ids: list[int] | None = None  # sample only these tokens
+    bad_words: list[str] | None = None  # words never generated
     # keep the prompt's last k tokens; -1: the model's context length
     truncate_prompt_tokens: int | None = documented(minimum=-1)
 

@@ -46,8 +46,6 @@ SHARED = {
         "vLLM", "special tokens are always joined with spaces: leave it out", (None, True)
     ),
     "prompt_logprobs": Refused("vLLM", "prompt logprobs are not supported yet: leave it out"),
-    "allowed_token_ids": Refused("vLLM", "restricting the vocabulary is not supported yet"),
-    "bad_words": Refused("vLLM", "banned words are not supported yet", (None, [])),
     "guided_json": Refused("vLLM", _GUIDED),
     "guided_regex": Refused("vLLM", _GUIDED),
     "guided_choice": Refused("vLLM", _GUIDED),

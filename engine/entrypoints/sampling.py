@@ -30,6 +30,8 @@ def sampling_params(
         include_stop_str_in_output=body.include_stop_str_in_output,
         ignore_eos=body.ignore_eos,
         logprobs=logprobs,
+        allowed_token_ids=body.allowed_token_ids,
+        bad_words=body.bad_words or [],
         skip_special_tokens=body.skip_special_tokens,
         # Streams want only what is new; whole responses only the end.
         output_kind="delta" if body.stream else "final_only",

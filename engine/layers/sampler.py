@@ -1,9 +1,10 @@
 """From logits to the next token of every request in the batch.
 
-Order as in vLLM: min_tokens mask, penalties, (greedy argmax here), temperature, min_p,
-top_k/top_p, then sampling by the exponential race argmax(p / q) with q ~ Exp(1), which
-lets each seeded request draw its q from its own generator: a seeded request samples the
-same tokens whatever else is in the batch. Logprobs are of the raw model distribution.
+Order as in vLLM: allowed_token_ids, min_tokens and bad-words masks, penalties, (greedy
+argmax here), temperature, min_p, top_k/top_p, then sampling by the exponential race
+argmax(p / q) with q ~ Exp(1), which lets each seeded request draw its q from its own
+generator: a seeded request samples the same tokens whatever else is in the batch.
+Logprobs are of the raw model distribution.
 
 Everything stays on the device: `SampledOnHost` queues the copy of a step's results to the
 host and reads them only when asked, so the engine can launch the next step first.
@@ -30,8 +31,10 @@ class SamplingBatch:
     min_p: torch.Tensor | None  # [rows] fp32
     generators: dict[int, torch.Generator] = field(default_factory=dict)
     penalties: Penalties | None = None
-    # (row, token ids that may not be sampled yet: min_tokens not reached)
+    # (row, token ids that may not be sampled now: min_tokens not reached, bad words)
     banned: list[tuple[int, list[int]]] = field(default_factory=list)
+    # (row, the only token ids it may sample: allowed_token_ids)
+    allowed: list[tuple[int, list[int]]] = field(default_factory=list)
     num_logprobs: list[int | None] = field(default_factory=list)
 
 
@@ -146,8 +149,13 @@ class Sampler:
         return SamplerOutput(token_ids, logprobs)
 
     def _process(self, logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
-        if batch.banned or batch.penalties is not None:
+        if batch.banned or batch.allowed or batch.penalties is not None:
             logits = logits.clone()
+        for row, token_ids in batch.allowed:
+            ids = host_to_device(token_ids, torch.int64, logits.device)
+            kept = logits[row, ids]
+            logits[row] = float("-inf")
+            logits[row, ids] = kept
         for row, token_ids in batch.banned:
             logits[row, host_to_device(token_ids, torch.int64, logits.device)] = float("-inf")
         if batch.penalties is not None:

@@ -120,6 +120,7 @@ class InputProcessor:
         if not isinstance(request_id, str) or not request_id:
             raise ValueError("request_id must be a non-empty string")
         params.validate(self.vocab_size)
+        params.bad_words_token_ids = bad_words_token_ids(self.tokenizer, params.bad_words)
         max_total = self._max_total_tokens(len(prompt.token_ids), params)
         if params.n == 1:
             children = [(request_id, params)]
@@ -165,3 +166,15 @@ class InputProcessor:
 
 def child_request_id(request_id: str, index: int) -> str:
     return f"{request_id}#{index}"
+
+
+def bad_words_token_ids(tokenizer, words: list[str]) -> list[list[int]]:
+    """Each word as the tokens it is generated as: alone and after a space, since most
+    tokenizers spell a word differently at the start of a text and inside one."""
+    sequences: list[list[int]] = []
+    for word in words:
+        for text in (word.lstrip(), " " + word.lstrip()):
+            ids = tokenizer.encode(text, add_special_tokens=False)
+            if ids and ids not in sequences:
+                sequences.append(ids)
+    return sequences

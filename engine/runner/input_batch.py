@@ -75,7 +75,9 @@ def needs_token_history(state: RequestState) -> bool:
     uses_penalties = (
         params.repetition_penalty != 1 or params.presence_penalty or params.frequency_penalty
     )
-    return bool(uses_penalties and state.num_pending)
+    # a bad word of several tokens is banned only after its first ones
+    reads_words = any(len(word) > 1 for word in params.bad_words_token_ids)
+    return bool((uses_penalties or reads_words) and state.num_pending)
 
 
 @dataclass
@@ -212,20 +214,35 @@ def build_sampling_batch(
         generators={i: s.generator for i, s in enumerate(states) if s.generator is not None},
         penalties=_penalties(states, vocab_size, device),
         banned=_banned(states, eos_token_ids),
+        allowed=[(row, p.allowed_token_ids) for row, p in enumerate(params) if p.allowed_token_ids],
         num_logprobs=[p.logprobs for p in params],
     )
 
 
 def _banned(states: list[RequestState], eos_token_ids: frozenset[int]):
-    """Rows still under min_tokens may not pick a stop token or EOS."""
+    """Rows still under min_tokens may not pick a stop token or EOS, and no row the last
+    token of a bad word whose other tokens it has just generated."""
     banned = []
     for row, state in enumerate(states):
         params = state.params
+        tokens = set(_bad_word_ends(state))
         if state.num_output_tokens < params.min_tokens:
-            stops = set(params.stop_token_ids) | (set() if params.ignore_eos else eos_token_ids)
-            if stops:
-                banned.append((row, sorted(stops)))
+            tokens |= set(params.stop_token_ids) | (set() if params.ignore_eos else eos_token_ids)
+        if tokens:
+            banned.append((row, sorted(tokens)))
     return banned
+
+
+def _bad_word_ends(state: RequestState) -> list[int]:
+    """Last tokens of the bad words whose beginning ends the output so far (a one-token
+    word: always), as vLLM bans them."""
+    output = state.token_ids[state.num_prompt_tokens :]
+    ends = []
+    for word in state.params.bad_words_token_ids:
+        prefix = word[:-1]
+        if len(prefix) <= len(output) and (not prefix or output[-len(prefix) :] == prefix):
+            ends.append(word[-1])
+    return ends
 
 
 def _penalties(
