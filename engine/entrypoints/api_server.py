@@ -66,7 +66,7 @@ def build_app(state: ServerState) -> FastAPI:
     install_error_handlers(app)
     app.include_router(_openai_router(state))
     app.include_router(_ops_router(state))
-    _name_models_in_schema(app, state.settings.served_model_names)
+    _name_models_in_schema(app, state.settings.served_model_names, state)
     return app
 
 
@@ -94,17 +94,23 @@ class RequestIdHeader:
         await self.app(scope, receive, send_with_id)
 
 
-def _name_models_in_schema(app: FastAPI, names: list[str]) -> None:
-    """The schema's `model` fields list the served names, so clients (and fuzzers) know them."""
+def _name_models_in_schema(app: FastAPI, names: list[str], state: ServerState) -> None:
+    """The schema's `model` fields list the served names, and its token ids the model's
+    vocabulary, so clients (and fuzzers) know them."""
     default_openapi = app.openapi
 
     def openapi() -> dict:
         if app.openapi_schema is None:
             schema = default_openapi()
+            vocab_size = state.engine.config.model_config.vocab_size if state.engine else None
             for component in schema.get("components", {}).get("schemas", {}).values():
-                model = component.get("properties", {}).get("model")
+                properties = component.get("properties", {})
+                model = properties.get("model")
                 if model is not None and "anyOf" in model:  # requests' optional `model`
                     model["anyOf"] = [{"type": "string", "enum": names}, {"type": "null"}]
+                allowed = properties.get("allowed_token_ids")
+                if allowed is not None and vocab_size:
+                    allowed["items"]["maximum"] = vocab_size - 1
         return app.openapi_schema
 
     app.openapi = openapi

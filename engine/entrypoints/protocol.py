@@ -59,10 +59,13 @@ class SamplingFields(OpenAIModel):
     skip_special_tokens: bool = True
     priority: int = 0  # lower runs first under --scheduling-policy priority
     cache_salt: str | None = None  # keeps this request's prefix-cache entries private
-    allowed_token_ids: list[int] | None = None  # sample only these tokens
-    bad_words: list[str] | None = None  # words never generated
+    # sample only these tokens (the served schema bounds the ids by the vocabulary)
+    allowed_token_ids: list[int] | None = documented(
+        minItems=1, items={"type": "integer", "minimum": 0}
+    )
+    bad_words: list[str] | None = documented(items={"type": "string", "pattern": r"\S"})
     # keep the prompt's last k tokens; -1: the model's context length
-    truncate_prompt_tokens: int | None = documented(minimum=-1)
+    truncate_prompt_tokens: int | None = documented(minimum=-1, **{"not": {"const": 0}})
 
 
 class CompletionRequest(SamplingFields):
