@@ -7,12 +7,16 @@ the model and the device, and raises ValueError naming the setting for anything 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from pagoda.engine.model_config import ModelConfig, load_model_config, parse_dtype
+from pagoda.engine.quantization import FP8_CAPABILITY, ONLINE_FP8, QUANTIZATIONS, Fp8Checkpoint
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_CPU_KV_CACHE_BYTES = 1 << 30
 # torch: the pure-torch reference (any device); triton: the Triton kernels (CUDA).
@@ -53,6 +57,11 @@ class EngineConfig:
     # auto: the model's dtype; fp8: float8 e4m3, half the bytes a token of a 16-bit cache
     # (twice the tokens in the same memory), values stored unscaled and saturating.
     kv_cache_dtype: str = "auto"
+    # fp8: a 16/32-bit checkpoint's projection weights quantised to e4m3 as they load, one
+    # scale per output channel, inputs per token (quantization.ONLINE_FP8). On a GPU of
+    # compute capability 8.9+ they stay float8 (W8A8 products); on the CPU they run the
+    # dequantising reference path. An FP8 checkpoint needs no flag: its scheme is used.
+    quantization: str | None = None
     # Schedule and launch step N+1 before reading step N's tokens, so host work overlaps
     # the device's. Default: on with one rank in this process ('uni'), where it can be.
     async_scheduling: bool | None = None
@@ -77,6 +86,7 @@ class EngineConfig:
         config._check_tensor_parallel()
         config.async_scheduling = config._resolve_async_scheduling()
         config.dtype = config._resolve_dtype()
+        config._check_quantization()
         config.attention_backend = config._resolve_backend()
         config.max_model_len = config._resolve_max_model_len()
         if config.max_num_batched_tokens is None:
@@ -93,6 +103,13 @@ class EngineConfig:
     @property
     def torch_dtype(self) -> torch.dtype:
         return parse_dtype(self.dtype)
+
+    @property
+    def fp8_scheme(self) -> Fp8Checkpoint | None:
+        """The FP8 scheme the projections follow: the checkpoint's, or quantization's."""
+        if self.model_config.quantization is not None:
+            return self.model_config.quantization
+        return ONLINE_FP8 if self.quantization == "fp8" else None
 
     @property
     def kv_cache_torch_dtype(self) -> torch.dtype:
@@ -192,6 +209,28 @@ class EngineConfig:
     def _resolve_dtype(self) -> str:
         dtype = self.model_config.dtype if self.dtype == "auto" else parse_dtype(self.dtype)
         return str(dtype).removeprefix("torch.")
+
+    def _check_quantization(self) -> None:
+        if self.quantization is None:
+            return
+        if self.quantization not in QUANTIZATIONS:
+            raise ValueError(
+                f"quantization must be one of {', '.join(QUANTIZATIONS)} (or unset), "
+                f"got {self.quantization!r}"
+            )
+        if self.model_config.quantization is not None:
+            # config.json's quantization_config parsed as FP8 (anything else is refused
+            # there, by name): the checkpoint's own scales are used, nothing is re-quantised
+            logger.info("%s is an FP8 checkpoint: its own scales are used", self.model)
+        if self.device.startswith("cuda"):
+            capability = torch.cuda.get_device_capability(self.device)
+            if capability < FP8_CAPABILITY:
+                raise ValueError(
+                    f"quantization={self.quantization!r} needs float8 matrix products "
+                    f"(compute capability {'.'.join(map(str, FP8_CAPABILITY))} or newer: "
+                    f"Ada, Hopper); {torch.cuda.get_device_name(self.device)} has "
+                    f"{'.'.join(map(str, capability))}"
+                )
 
     def _resolve_backend(self) -> str:
         backend = self.attention_backend or (

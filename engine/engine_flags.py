@@ -112,6 +112,15 @@ def add_step_flags(parser: argparse.ArgumentParser) -> None:
         help="auto: the model's dtype; fp8: float8 e4m3, twice the tokens in the same memory",
     )
     parser.add_argument(
+        "--quantization",
+        default=None,
+        choices=["fp8"],
+        help="fp8: quantise a 16-bit checkpoint's projection weights to float8 e4m3 as they "
+        "load (one scale per output channel; activations per token): half the weight bytes, "
+        "float8 products on GPUs of compute capability 8.9+ (default: none; an FP8 "
+        "checkpoint is served as it is)",
+    )
+    parser.add_argument(
         "--async-scheduling",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -138,6 +147,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         "enforce_eager": args.enforce_eager,
         "async_scheduling": args.async_scheduling,
         "kv_cache_dtype": args.kv_cache_dtype,
+        "quantization": args.quantization,
         "enable_lora": args.enable_lora,
         "max_loras": args.max_loras,
         "max_lora_rank": args.max_lora_rank,

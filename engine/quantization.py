@@ -13,6 +13,10 @@ Two formats, as users have them:
 
 Static activation scales (`input_scale` from calibration), FP8 KV-cache schemes in the
 checkpoint and other quantisations (int4, AWQ, GPTQ, ...) are refused.
+
+A 16- or 32-bit checkpoint served with `quantization="fp8"` (`--quantization fp8`) follows
+ONLINE_FP8: its projections' weights are quantised as they load, per output channel, and
+their inputs per token, as llm-compressor's FP8_DYNAMIC scheme would have written them.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from typing import Any
 
 FP8_MAX = 448.0  # the largest float8 e4m3 value
 METHODS = ("compressed-tensors", "fp8")
+QUANTIZATIONS = ("fp8",)  # what `quantization=` may ask of an unquantised checkpoint
+FP8_CAPABILITY = (8, 9)  # CUDA compute capability with float8 matrix products (Ada, Hopper)
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,18 @@ class Fp8Checkpoint:
             re.match(entry[3:], module) if entry.startswith("re:") else entry == module
             for entry in self.ignore
         )
+
+    @property
+    def runs_w8a8(self) -> bool:
+        """Whether float8 products can run it as written: one weight scale per output
+        channel (a tensor's scale broadcast to its rows) and activations per token. Block
+        weights and group or tensor activations stay on the dequantising path."""
+        return self.weight_strategy in ("tensor", "channel") and self.activations == "token"
+
+
+# quantization="fp8": weights per output channel at load, activations per token on the fly
+# (the embeddings, norms and LM head are not projections and stay in the model's dtype).
+ONLINE_FP8 = Fp8Checkpoint("channel", None, "weight_scale", "token", None)
 
 
 def parse_quantization(raw: dict[str, Any], path: Path) -> Fp8Checkpoint | None:

@@ -270,6 +270,7 @@ class _Run:
             enforce_eager=self.args.enforce_eager,
             async_scheduling=self.args.async_scheduling,
             kv_cache_dtype=self.args.kv_cache_dtype,
+            quantization=self.args.quantization,
             **self._lora_settings(),
         )
         if self.hf_model is not None:

@@ -43,6 +43,8 @@ def write(workload: str, args: argparse.Namespace, figures: dict, ceiling: dict)
     suffix = f"-tp{ranks}" if ranks > 1 else ""
     if getattr(args, "num_loras", 0):
         suffix += f"-lora{args.num_loras}"
+    if getattr(args, "quantization", None):
+        suffix += f"-{args.quantization}-weights"
     path = args.out / f"{date.today()}-{machine}-{workload}{suffix}.json"
     path.write_text(json.dumps(record, indent=2) + "\n")
     _print_table(workload, figures, record["ratios"])

@@ -7,11 +7,14 @@ takes the plan when it is built; nothing is switched on modules afterwards. It h
   kernel's split-K workspace) and how many splits a decode step of N rows uses;
 - whether the fused Triton kernels run: RMSNorm with the residual add, rope with the q/k
   norms and the K/V store, SiLU·mul;
-- per projection, the launch setting of the few-rows Triton product (triton_skinny.py),
-  or none to leave every product to cuBLAS;
+- per projection, the launch setting of the few-rows Triton product (triton_skinny.py;
+  with FP8 weights its e4m3 variant's), or none to leave every product to cuBLAS;
 - with LoRA enabled, the adapters' shared context (lora.py): slot count, largest rank,
   the step's token grouping, and whether the Triton pair or the torch reference adds
-  their products (Triton wherever CUDA graphs may capture it).
+  their products (Triton wherever CUDA graphs may capture it);
+- under an FP8 scheme, whether the projections multiply in float8 (W8A8 through
+  `torch._scaled_mm`, layers/fp8.py): on CUDA of compute capability 8.9+, for schemes
+  those products can run as written; otherwise the dequantising reference path.
 
 The Triton kernels run on CUDA only; everywhere else (CPU, tests) the plan is the
 reference, `KernelPlan.reference()`.
@@ -27,6 +30,7 @@ import torch
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.kernels.attention_backends import TorchBackend, TritonBackend
 from pagoda.engine.kernels.lora import LoRAContext, LoRATokens
+from pagoda.engine.quantization import FP8_CAPABILITY
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,7 @@ class KernelPlan:
     skinny: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     num_kv_heads: int = 1  # this rank's: the decode kernel's programs per row
     lora: LoRAContext | None = None  # None: LoRA is off
+    fp8_products: bool = False  # FP8 weights kept in e4m3, W8A8 products (else dequantised)
 
     @classmethod
     def reference(cls) -> KernelPlan:
@@ -58,12 +63,13 @@ class KernelPlan:
         `max_tokens` tokens."""
         fused = config.attention_backend == "triton" and device.type == "cuda"
         lora = _lora_context(config, device, max_tokens, fused)
+        fp8 = _fp8_products(config, device)
         if config.attention_backend != "triton":
-            return cls(TorchBackend(), num_kv_heads=num_kv_heads, lora=lora)
+            return cls(TorchBackend(), num_kv_heads=num_kv_heads, lora=lora, fp8_products=fp8)
         from pagoda.engine.kernels import triton_decode, triton_skinny
 
         if not fused:  # the Triton interpreter (CPU tests): attention only
-            return cls(TritonBackend(), num_kv_heads=num_kv_heads, lora=lora)
+            return cls(TritonBackend(), num_kv_heads=num_kv_heads, lora=lora, fp8_products=fp8)
         workspace = triton_decode.DecodeWorkspace(  # fixed addresses, for CUDA graphs
             max_decode_rows,
             num_heads,
@@ -71,7 +77,10 @@ class KernelPlan:
             triton_decode.MAX_SPLITS,
             device,
         )
-        return cls(TritonBackend(workspace), True, triton_skinny.SETTINGS, num_kv_heads, lora)
+        # FP8 weights: the few-rows product over e4m3 (a projection the scheme leaves in
+        # 16 bits takes the same setting for its 16-bit weights)
+        skinny = triton_skinny.FP8_SETTINGS if fp8 else triton_skinny.SETTINGS
+        return cls(TritonBackend(workspace), True, skinny, num_kv_heads, lora, fp8)
 
     @property
     def uses_triton_attention(self) -> bool:
@@ -90,6 +99,13 @@ class KernelPlan:
         from pagoda.engine.kernels.triton_decode import choose_num_splits
 
         return choose_num_splits(num_rows, self.num_kv_heads)
+
+
+def _fp8_products(config: EngineConfig, device: torch.device) -> bool:
+    scheme = config.fp8_scheme
+    if scheme is None or not scheme.runs_w8a8 or device.type != "cuda":
+        return False
+    return torch.cuda.get_device_capability(device) >= FP8_CAPABILITY
 
 
 def _lora_context(

@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from pagoda.engine.kernels.triton_decode import _e4m3_to_f16
+
 MAX_ROWS = 16  # rows of x one launch serves (the tensor-core tile's height)
 
 # Where this product beats cuBLAS at 1 and 8 rows on the H200, with the fastest launch
@@ -132,4 +134,105 @@ def skinny_linear(
         num_warps=num_warps,
         num_stages=num_stages,
     )
+    return out
+
+
+# FP8 weights (layers/fp8.py "e4m3"): the same few-rows product over e4m3 weights, each
+# tile widened in registers (every e4m3 value is exact in fp16 and bf16) and the float32
+# sum scaled per output row at the end. The input stays 16-bit, so up to 16 rows skip
+# the per-token quantiser and read half the weight bytes of bf16. `fp16_products`: the
+# tiles multiply in fp16, bf16 inputs rounded to fp16 (3 more mantissa bits, clamped to
+# its ±65504 range), since e4m3 widens to fp16 in one instruction (cvt.rn.f16x2.e4m3x2)
+# and to bf16 only through several. `widen_in_registers` (with fp16 products, on CUDA):
+# that instruction inline and impure right after the global load, so the tile goes
+# through shared memory as fp16, as the fp8 KV cache's decode kernel does (triton_decode.py
+# `_e4m3_to_f16`); here it was slower (qkv 32 against 18 µs, gate/up 99 against 47). Even
+# at its best this product reads 1.1-2.5 TB/s of e4m3 (bf16: 3.0-4.3), so at one row it
+# takes about what bf16 takes: widening, not memory, bounds it. Settings: the fastest at
+# one row in bench/fp8_linear_sweep.py on the H200 (bench/results/
+# 2026-12-02-h200-fp8-weights-few-rows-sweep.md); the kernel plan hands them out.
+def _fp8(block_n: int, block_k: int, num_stages: int, fp16_products: bool) -> dict:
+    return {"block_n": block_n, "block_k": block_k, "num_warps": 4, "num_stages": num_stages,
+            "fp16_products": fp16_products, "widen_in_registers": False}  # fmt: skip
+
+
+FP8_SETTINGS = {
+    "qkv_proj": _fp8(64, 256, 4, True),
+    "o_proj": _fp8(32, 1024, 3, False),
+    "gate_up_proj": _fp8(32, 256, 4, False),
+    "down_proj": _fp8(32, 512, 4, False),
+}
+
+
+@triton.jit
+def _fp8_skinny_matmul_kernel(
+    x_ptr, w_ptr, scale_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
+    HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    FP16_PRODUCTS: tl.constexpr, WIDEN_IN_REGISTERS: tl.constexpr,
+):  # fmt: skip
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, 16)
+    n_mask = offs_n < N
+    m_mask = offs_m < M
+    acc = tl.zeros([16, BLOCK_N], dtype=tl.float32)
+    for k_start in range(0, K, BLOCK_K):
+        offs_k = k_start + tl.arange(0, BLOCK_K)
+        k_mask = offs_k < K
+        w = tl.load(
+            w_ptr + offs_n[:, None].to(tl.int64) * stride_wn + offs_k[None, :],
+            mask=n_mask[:, None] & k_mask[None, :],
+            other=0.0,
+        )
+        x = tl.load(
+            x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
+            mask=m_mask[:, None] & k_mask[None, :],
+            other=0.0,
+        )
+        if WIDEN_IN_REGISTERS:  # fp16 tiles in shared memory, as a 16-bit weight's
+            x = tl.clamp(x.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
+            acc += tl.dot(x, tl.trans(_e4m3_to_f16(w)))
+        elif FP16_PRODUCTS:
+            x = tl.clamp(x.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
+            acc += tl.dot(x, tl.trans(w.to(tl.float16)))
+        else:
+            acc += tl.dot(x, tl.trans(w.to(x.dtype)))
+    acc *= tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0)[None, :]
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    tl.store(
+        out_ptr + offs_m[:, None] * stride_om + offs_n[None, :],
+        acc.to(out_ptr.dtype.element_ty),
+        mask=m_mask[:, None] & n_mask[None, :],
+    )
+
+
+def fp8_skinny_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    block_n: int = 32,
+    block_k: int = 512,
+    num_warps: int = 4,
+    num_stages: int = 4,
+    fp16_products: bool = True,
+    widen_in_registers: bool = True,
+) -> torch.Tensor:
+    """x [rows <= 16, in] (bf16 or fp16) @ (weight [out, in] e4m3 * weight_scale [out]).T."""
+    rows, fan_in = x.shape
+    fan_out = weight.shape[0]
+    if rows > MAX_ROWS or x.element_size() != 2:
+        raise ValueError(f"fp8_skinny_linear serves at most {MAX_ROWS} 16-bit rows")
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    out = torch.empty(rows, fan_out, dtype=x.dtype, device=x.device)
+    _fp8_skinny_matmul_kernel[(triton.cdiv(fan_out, block_n),)](
+        x, weight, weight_scale, bias if bias is not None else weight_scale, out,
+        rows, fan_out, fan_in, x.stride(0), weight.stride(0), out.stride(0),
+        HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k,
+        FP16_PRODUCTS=fp16_products or x.dtype == torch.float16,
+        # the paired conversion instruction: CUDA sm_89+ (not the interpreter)
+        WIDEN_IN_REGISTERS=widen_in_registers and fp16_products and x.device.type == "cuda",
+        num_warps=num_warps, num_stages=num_stages,
+    )  # fmt: skip
     return out

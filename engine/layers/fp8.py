@@ -1,14 +1,62 @@
-"""Activations quantised to float8 e4m3 on the fly, as an FP8 checkpoint's products
-expect them (its `input_activations`, dynamic): per token, per group of columns or per
-tensor, the scale is the largest magnitude over 448. The reference path quantises and
-dequantises in place (the products then run on the rounded values in the engine's
-dtype), as compressed-tensors does, so its numbers are the checkpoint's own."""
+"""Float8 e4m3 for projections: the rounding rule, the reference path's activations, and
+the W8A8 product that keeps weights in e4m3 on the GPU.
+
+Every scale here is a largest magnitude over 448 (e4m3's largest value), in float32: one
+per output row of a weight (per channel), one per token of an activation, or as an FP8
+checkpoint's dynamic `input_activations` say (per group of columns or per tensor).
+
+- The reference path (any device; the CPU's only one) holds weights as their e4m3 values
+  times their scales in the engine's dtype, and `Fp8Activations` quantises and
+  dequantises each projection's input in place, as compressed-tensors does, so the
+  products run on the rounded values and the numbers are the checkpoint's own.
+- `w8a8_linear` (CUDA, compute capability 8.9 or newer) keeps the weight in e4m3 with its
+  scales, quantises the input per token (kernels/triton_fp8.py) and multiplies float8 by
+  float8 in cuBLASLt/CUTLASS (`torch._scaled_mm`, row-wise scales), applying both scales
+  to the float32 accumulator: half the weight bytes of bf16, twice the tensor-core rate.
+"""
 
 from __future__ import annotations
 
 import torch
 
 from pagoda.engine.quantization import FP8_MAX
+
+FP8 = torch.float8_e4m3fn
+MIN_SCALE = 1e-12  # an all-zero row still divides by something
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(e4m3 values [rows, cols], float32 scale per row [rows]) with values * scale ≈ x."""
+    wide = x.to(torch.float32)
+    scale = (wide.abs().amax(-1) / FP8_MAX).clamp(min=MIN_SCALE)
+    return (wide / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
+
+
+def dequantize_rows(values: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype):
+    return (values.to(torch.float32) * scale.to(torch.float32)[:, None]).to(dtype)
+
+
+def w8a8_linear(
+    x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """x [tokens, in] @ (weight [out, in] e4m3 * weight_scale [out]).T (+ bias), in x's
+    dtype. cuBLASLt wants in and out multiples of 16 (the loader keeps other shapes on
+    the reference path); its row-wise product writes bf16, cast back for other dtypes."""
+    from pagoda.engine.kernels.triton_fp8 import quantize_per_token  # CUDA only
+
+    values, scale = quantize_per_token(x)
+    fused_bias = bias is not None and bias.dtype == torch.bfloat16
+    out = torch._scaled_mm(
+        values,
+        weight.t(),  # column-major [in, out], as cuBLASLt's second operand must be
+        scale_a=scale,  # [tokens, 1]
+        scale_b=weight_scale.unsqueeze(0),  # [1, out]
+        bias=bias if fused_bias else None,
+        out_dtype=torch.bfloat16,
+    )
+    if bias is not None and not fused_bias:
+        out = out + bias
+    return out if x.dtype == torch.bfloat16 else out.to(x.dtype)
 
 
 class Fp8Activations:
@@ -33,5 +81,5 @@ class Fp8Activations:
 def _round_trip(x: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
     scale = amax / FP8_MAX
     scale = torch.where(scale == 0, torch.finfo(scale.dtype).eps, scale)
-    rounded = (x / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).to(x.dtype)
+    rounded = (x / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8).to(x.dtype)
     return rounded * scale

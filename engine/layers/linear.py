@@ -9,6 +9,13 @@ carries a `weight_loader` that reads only its rank's rows or columns.
 On the GPU path the kernel plan gives `skinny` (a Triton launch setting) to the
 projections where cuBLAS reads the weights slowly at small batch (kernels/triton_skinny.py):
 inputs of up to 16 rows (decode at small batch) then go through the Triton kernel.
+
+FP8 (layers/fp8.py): the loader sets `weight_fp8` on the projections an FP8 scheme
+quantises. "e4m3" keeps the weight in float8 with a float32 `weight_scale` per output row
+and multiplies W8A8 on the GPU (up to 16 rows: the few-rows product over e4m3 weights,
+the input left 16-bit); "rounded" (the reference path) holds those values times
+their scales in the engine's dtype. Either way a float8 checkpoint weight (`Fp8Tensor`) is
+taken as it is, and a wider one is quantised per row as it loads (`quantization="fp8"`).
 """
 
 from __future__ import annotations
@@ -20,9 +27,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from pagoda.engine.distributed.parallel import SINGLE, Partition, TensorParallel
-from pagoda.engine.layers.fp8 import Fp8Activations
+from pagoda.engine.layers.fp8 import (
+    FP8,
+    Fp8Activations,
+    dequantize_rows,
+    quantize_rows,
+    w8a8_linear,
+)
 from pagoda.engine.layers.lora import LoRAContext, LoRAWeights
-from pagoda.engine.layers.weight_source import TensorSource, copy_part
+from pagoda.engine.layers.weight_source import Fp8Tensor, TensorSource, copy_part, read_checked
 
 
 def _parameter(*shape: int) -> nn.Parameter:
@@ -34,7 +47,7 @@ Skinny = Mapping[str, int] | None  # the few-rows product's launch setting, or c
 
 def _linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     lora = module.lora
-    fusable = module.skinny is not None and module.input_fp8 is None
+    fusable = module.skinny is not None and module.input_fp8 is None and module.weight_fp8 is None
     if lora is not None and fusable and lora.fuses(x):
         # decode at small batch with adapters, where the few-rows product runs (on
         # gate/up cuBLAS and the split pair are faster: bench/lora_decode_profile.py)
@@ -46,6 +59,8 @@ def _linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> to
 
 
 def _base_linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    if module.weight_fp8 == "e4m3":
+        return _fp8_linear(module, x, bias)
     if module.input_fp8 is not None:  # an FP8 checkpoint's activations (layers/fp8.py)
         x = module.input_fp8(x)
     if module.skinny is not None:
@@ -56,13 +71,66 @@ def _base_linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) 
     return F.linear(x, module.weight, bias)
 
 
+def _fp8_linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    if module.skinny is not None and x.element_size() == 2:
+        from pagoda.engine.kernels.triton_skinny import MAX_ROWS, fp8_skinny_linear
+
+        if x.shape[0] <= MAX_ROWS:  # decode at small batch: the input stays 16-bit
+            return fp8_skinny_linear(x, module.weight, module.weight_scale, bias, **module.skinny)
+    return w8a8_linear(x, module.weight, module.weight_scale, bias)
+
+
 LoRAPiece = tuple[torch.Tensor, torch.Tensor]  # one sub-projection's (A [r, in], B [out, r])
 
 
-class MergedLinear(nn.Module):
-    """Projections of one input stacked along the output dimension, each split by rank."""
+class _Projection(nn.Module):
+    """What both linears share: how the weight is held and stored."""
 
-    input_fp8: Fp8Activations | None = None  # set by the loader for an FP8 checkpoint
+    input_fp8: Fp8Activations | None = None  # the reference path's rounding (layers/fp8.py)
+    weight_fp8: str | None = None  # None | "e4m3" (kept, W8A8) | "rounded" (the reference)
+    weight_scale: torch.Tensor  # [out] float32, a buffer registered with "e4m3"
+
+    def hold_fp8_weight(self, kept: bool) -> None:
+        """From now on the weight is stored through e4m3: kept so, with its row scales
+        beside it, or (the reference) as values times scales in the engine's dtype."""
+        self.weight_fp8 = "e4m3" if kept else "rounded"
+        if not kept:
+            return
+        loader = self.weight.weight_loader
+        self.weight = nn.Parameter(torch.empty_like(self.weight, dtype=FP8), requires_grad=False)
+        self.weight.weight_loader = loader
+        scale = torch.ones(self.weight.shape[0], dtype=torch.float32, device=self.weight.device)
+        self.register_buffer("weight_scale", scale)
+
+    def store_weight(
+        self,
+        rows: slice,
+        source: TensorSource,
+        name: str,
+        full_shape: tuple[int, ...],
+        dim: int = 0,
+        part: slice | None = None,
+    ) -> None:
+        """Rows of the weight from (a part of) a checkpoint tensor."""
+        weight = self.weight.data
+        if self.weight_fp8 is None and not isinstance(source, Fp8Tensor):
+            copy_part(weight[rows], source, name, full_shape, dim, part)
+            return
+        if isinstance(source, Fp8Tensor):
+            values, scale = source.read(name, full_shape, dim, part)
+        else:  # quantised here, on the weight's device (the GPU's is far quicker)
+            wide = read_checked(source, name, full_shape, dim, part)
+            values, scale = quantize_rows(wide.to(weight.device))
+        values, scale = values.to(weight.device), scale.to(weight.device)
+        if self.weight_fp8 == "e4m3":
+            weight[rows] = values
+            self.weight_scale[rows] = scale
+        else:  # rounded, or a float8 tensor the scheme leaves unquantised: dequantised
+            weight[rows] = dequantize_rows(values, scale, weight.dtype)
+
+
+class MergedLinear(_Projection):
+    """Projections of one input stacked along the output dimension, each split by rank."""
 
     def __init__(
         self,
@@ -118,13 +186,14 @@ class MergedLinear(nn.Module):
         full_rows = self.output_sizes[shard]
         part = self.partitions[shard].bounds(full_rows)
         full_shape = (full_rows, *param.shape[1:])
-        copy_part(param.data[self.shard_rows(shard)], source, name, full_shape, 0, part)
+        if param is self.weight:
+            self.store_weight(self.shard_rows(shard), source, name, full_shape, 0, part)
+        else:
+            copy_part(param.data[self.shard_rows(shard)], source, name, full_shape, 0, part)
 
 
-class RowParallelLinear(nn.Module):
+class RowParallelLinear(_Projection):
     """Each rank multiplies its slice of the input features; an all-reduce sums them."""
-
-    input_fp8: Fp8Activations | None = None  # set by the loader for an FP8 checkpoint
 
     def __init__(
         self,
@@ -166,4 +235,4 @@ class RowParallelLinear(nn.Module):
     def _load_weight(self, param: nn.Parameter, source: TensorSource, name: str, _shard) -> None:
         full_shape = (param.shape[0], self.in_features)
         part = self.tp.partition.bounds(self.in_features)
-        copy_part(param.data, source, name, full_shape, 1, part)
+        self.store_weight(slice(None), source, name, full_shape, 1, part)

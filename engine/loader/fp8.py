@@ -1,8 +1,17 @@
-"""An FP8 checkpoint into the engine's dtype (the reference path): each float8 weight
-times its scale (per tensor, per output channel, or per block), and every quantised
-projection's activations rounded to e4m3 on the fly as the checkpoint expects
-(layers/fp8.py). The numbers are the checkpoint's; the products run in the engine's
-dtype (float8 matrix products on the GPU are not built yet).
+"""FP8 weights into a built model: an FP8 checkpoint's, or a 16-bit checkpoint's
+quantised as it loads (`quantization="fp8"`, quantization.ONLINE_FP8).
+
+`use_fp8` marks the projections the scheme quantises (layers/linear.py `weight_fp8`):
+- on a GPU with float8 products (compute capability 8.9+), for schemes they can run as
+  written (per-channel or per-tensor weights, per-token activations: `runs_w8a8`), each
+  keeps its weight in e4m3 with a float32 scale per output row, and multiplies W8A8;
+- everywhere else (the reference path, the CPU's) the weight is held dequantised, its e4m3
+  values times their scales in the engine's dtype, and each input is rounded to e4m3 as
+  the scheme says (layers/fp8.py `Fp8Activations`), so the numbers are the checkpoint's.
+
+A checkpoint's per-channel or per-tensor float8 weights reach the layers as `Fp8Tensor`s
+(values and row scales); block-wise ones (128 x 128, transformers' format) are dequantised
+here and always take the reference path (float8 products over blocks are not built).
 """
 
 from __future__ import annotations
@@ -18,17 +27,15 @@ from torch import nn
 
 from pagoda.engine.layers.fp8 import Fp8Activations
 from pagoda.engine.layers.linear import MergedLinear, RowParallelLinear
-from pagoda.engine.layers.weight_source import TensorSource
+from pagoda.engine.layers.weight_source import Fp8Tensor, TensorSource
 from pagoda.engine.quantization import Fp8Checkpoint
 
 ACTIVATION_SCALE = "input_scale"
 
 
-def dequantized_tensors(
-    files: list[Path], scheme: Fp8Checkpoint
-) -> Iterator[tuple[str, TensorSource]]:
-    """(name, tensor) for every checkpoint tensor, float8 weights dequantised; their
-    scales are consumed here."""
+def fp8_tensors(files: list[Path], scheme: Fp8Checkpoint) -> Iterator[tuple[str, TensorSource]]:
+    """(name, tensor) for every checkpoint tensor: float8 weights as `Fp8Tensor`s, or
+    dequantised when their scales are per block; the scales are consumed here."""
     with contextlib.ExitStack() as stack:
         where: dict[str, object] = {}
         for path in files:
@@ -55,38 +62,55 @@ def dequantized_tensors(
             scale_name = name.removesuffix(".weight") + suffix
             if not name.endswith(".weight") or scale_name not in where:
                 raise ValueError(f"float8 tensor {name} has no {scale_name} beside it")
-            scale = where[scale_name].get_tensor(scale_name)
-            yield name, dequantize(handle.get_tensor(name), scale, scheme, name)
+            scale = where[scale_name].get_tensor(scale_name).to(torch.float32)
+            if scheme.weight_strategy == "block":
+                yield name, dequantize_blocks(handle.get_tensor(name), scale, scheme.block, name)
+            else:
+                yield name, Fp8Tensor(source, row_scales(source.get_shape(), scale, scheme, name))
 
 
-def dequantize(
-    weight: torch.Tensor, scale: torch.Tensor, scheme: Fp8Checkpoint, name: str
+def dequantize_blocks(
+    weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], name: str
 ) -> torch.Tensor:
-    """The float8 weight [out, in] times its scale, in fp32."""
+    """The float8 weight [out, in] times its scale per block, in fp32."""
     out, inner = weight.shape
-    scale = scale.to(torch.float32)
-    if scheme.weight_strategy == "block":
-        rows, cols = scheme.block
-        expected = (math.ceil(out / rows), math.ceil(inner / cols))
-        if tuple(scale.shape) != expected:
-            raise ValueError(_shape_error(name, scale, expected, f"{rows} x {cols} blocks"))
-        scale = scale.repeat_interleave(rows, 0)[:out].repeat_interleave(cols, 1)[:, :inner]
-    elif scheme.weight_strategy == "channel":
-        if scale.numel() != out:
-            raise ValueError(_shape_error(name, scale, (out, 1), "one scale per output channel"))
-        scale = scale.reshape(out, 1)
-    elif scale.numel() == 1:
-        scale = scale.reshape(())
-    else:
-        raise ValueError(_shape_error(name, scale, (1,), "one scale per tensor"))
+    rows, cols = block
+    expected = (math.ceil(out / rows), math.ceil(inner / cols))
+    if tuple(scale.shape) != expected:
+        raise ValueError(_shape_error(name, scale, expected, f"{rows} x {cols} blocks"))
+    scale = scale.repeat_interleave(rows, 0)[:out].repeat_interleave(cols, 1)[:, :inner]
     return weight.to(torch.float32) * scale
 
 
-def quantize_activations(model: nn.Module, scheme: Fp8Checkpoint) -> None:
-    """Every projection the checkpoint quantised rounds its input to e4m3 first."""
-    if scheme.activations is None:
-        return
-    rounding = Fp8Activations(scheme.activations, scheme.group_size)
+def row_scales(shape, scale: torch.Tensor, scheme: Fp8Checkpoint, name: str) -> torch.Tensor:
+    """[out] float32: a per-channel scale as it is, a per-tensor one broadcast to the rows."""
+    out = shape[0]
+    if scheme.weight_strategy == "channel":
+        if scale.numel() != out:
+            raise ValueError(_shape_error(name, scale, (out, 1), "one scale per output channel"))
+        return scale.reshape(out)
+    if scale.numel() != 1:
+        raise ValueError(_shape_error(name, scale, (1,), "one scale per tensor"))
+    return scale.reshape(1).expand(out)
+
+
+def use_fp8(model: nn.Module, scheme: Fp8Checkpoint, products: bool) -> None:
+    """Every projection the scheme quantises holds its weight through e4m3 (before any
+    weights load): kept in float8 for W8A8 products where `products` (the kernel plan's
+    choice) and the shapes allow, else on the reference path."""
+    rounding = None
+    if scheme.activations is not None:
+        rounding = Fp8Activations(scheme.activations, scheme.group_size)
+    for module in quantised_projections(model, scheme):
+        if products and _fits_w8a8(module):
+            module.hold_fp8_weight(kept=True)  # its product quantises its input per token
+            continue
+        if scheme.weight_strategy != "block":  # block weights arrive dequantised
+            module.hold_fp8_weight(kept=False)
+        module.input_fp8 = rounding
+
+
+def quantised_projections(model: nn.Module, scheme: Fp8Checkpoint) -> Iterator[nn.Module]:
     packed = getattr(model, "packed_modules", {})
     for name, module in model.named_modules():
         if not isinstance(module, MergedLinear | RowParallelLinear):
@@ -100,7 +124,13 @@ def quantize_activations(model: nn.Module, scheme: Fp8Checkpoint) -> None:
                 f"quantization_config leaves some of {', '.join(names)} unquantised: the "
                 "engine runs them as one product, so all or none must be"
             )
-        module.input_fp8 = rounding
+        yield module
+
+
+def _fits_w8a8(module: nn.Module) -> bool:
+    """cuBLASLt's float8 products take widths that are multiples of 16."""
+    out_features, in_features = module.weight.shape  # this rank's
+    return out_features % 16 == 0 and in_features % 16 == 0
 
 
 def checkpoint_names(module: str, packed: dict[str, tuple[str, int]]) -> list[str]:

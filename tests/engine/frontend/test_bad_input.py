@@ -188,6 +188,7 @@ def test_unreadable_config_and_missing_folder(model_copy, tmp_path):
         ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
         ({"dtype": "float8"}, "unsupported dtype"),
         ({"kv_cache_dtype": "int4"}, "kv_cache_dtype must be one of auto, fp8"),
+        ({"quantization": "int8"}, "quantization must be one of fp8"),
         ({"enable_chunked_prefill": False, "max_num_batched_tokens": 16}, "chunked prefill"),
         ({"device": "tpu"}, "device"),
     ],

@@ -68,3 +68,56 @@ def test_the_runners_launch_settings_fit_in_fp32_and_bf16(skinny, projection, dt
     out = skinny.skinny_linear(x, weight, **SKINNY_SETTINGS[projection])
     tolerance = 1e-5 if dtype == torch.float32 else 1e-2
     assert relative_error(out, F.linear(x.double(), weight.double())) < tolerance
+
+
+# -- over e4m3 weights (FP8_SETTINGS): the float64 product of the same e4m3 weights times
+# their row scales is the reference, so only the 16-bit inputs' sums and the output's
+# rounding differ (fp16: 1e-3; bf16: 1e-2). CPU: fp16 only (the interpreter's bf16 dot
+# is wrong for every kernel; the GPU covers bf16).
+
+
+LLAMA_8B = {"qkv_proj": (4096, 6144), "o_proj": (4096, 4096), "gate_up_proj": (4096, 28672),
+            "down_proj": (14336, 4096)}  # (in, out)  # fmt: skip
+
+
+def fp8_weight(fan_out: int, fan_in: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    from pagoda.engine.layers.fp8 import dequantize_rows, quantize_rows
+
+    values, scale = quantize_rows(torch.randn(fan_out, fan_in, device=DEVICE) * 0.02)
+    return values, scale, dequantize_rows(values, scale, torch.float64)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 16])
+@pytest.mark.parametrize(("fan_in", "fan_out"), [(64, 32), (300, 77)])  # tails in N and K
+@pytest.mark.parametrize("bias", [False, True])
+def test_over_e4m3_weights_matches_the_scaled_product(skinny, rows, fan_in, fan_out, bias):
+    x = torch.randn(rows, fan_in, device=DEVICE, dtype=torch.float16)
+    values, scale, reference_weight = fp8_weight(fan_out, fan_in)
+    b = torch.randn(fan_out, device=DEVICE, dtype=torch.float16) if bias else None
+    out = skinny.fp8_skinny_linear(x, values, scale, b, block_n=16, block_k=32)
+    reference = x.double() @ reference_weight.T + (0 if b is None else b.double())
+    assert out.shape == (rows, fan_out) and out.dtype == x.dtype
+    assert relative_error(out, reference) < 1e-3
+
+
+def test_over_e4m3_weights_refuses_fp32_inputs(skinny):
+    values, scale, _ = fp8_weight(16, 32)
+    with pytest.raises(ValueError, match="16-bit rows"):
+        skinny.fp8_skinny_linear(torch.randn(2, 32, device=DEVICE), values, scale)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("rows", [1, 16])
+@pytest.mark.parametrize("projection", ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"])
+@pytest.mark.parametrize("widening", ["runner", "fp16", "bf16"])
+def test_over_e4m3_weights_at_llama_shapes(skinny, projection, rows, widening):
+    """The runner's settings (e4m3 widened in registers), and Triton's own widenings."""
+    fan_in, fan_out = LLAMA_8B[projection]
+    x = torch.randn(rows, fan_in, device=DEVICE, dtype=torch.bfloat16)
+    values, scale, reference_weight = fp8_weight(fan_out, fan_in)
+    setting = dict(skinny.FP8_SETTINGS[projection])
+    if widening != "runner":
+        setting.update(widen_in_registers=False, fp16_products=widening == "fp16")
+    out = skinny.fp8_skinny_linear(x, values, scale, **setting)
+    assert relative_error(out, x.double() @ reference_weight.T) < 1e-2

@@ -107,8 +107,8 @@ def _copy_tokenizer(base: Path, out: Path) -> None:
             shutil.copy(path, out / path.name)
 
 
-def our_logits(model_dir: Path) -> torch.Tensor:
-    llm = LLM(str(model_dir))
+def our_logits(model_dir: Path, **settings) -> torch.Tensor:
+    llm = LLM(str(model_dir), **{"device": "cpu", **settings})  # the reference path
     captured = []
     model = llm.engine.core.runner.model
     original = model.compute_logits
@@ -155,6 +155,41 @@ def test_compressed_tensors_fp8_matches_transformers(llama_dir, tmp_path, weight
     torch.testing.assert_close(our_logits(model_dir), expected, atol=1e-4, rtol=1e-4)
     # and the scheme matters: the unquantised model answers measurably apart
     assert (our_logits(llama_dir) - expected).abs().max() > 1e-3
+
+
+def test_the_fp8_flag_on_an_fp8_checkpoint_uses_its_own_scales(llama_dir, tmp_path):
+    model_dir = compressed(
+        llama_dir, tmp_path / "fp8", {"strategy": "tensor"}, {"strategy": "token"}
+    )
+    torch.testing.assert_close(
+        our_logits(model_dir, quantization="fp8"), our_logits(model_dir), atol=0, rtol=0
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("weights", ["channel", "tensor"])
+def test_on_a_gpu_fp8_checkpoints_multiply_in_float8(llama_dir, tmp_path, weights):
+    """Per-channel and per-tensor weights with per-token activations stay float8 (W8A8)
+    and answer as the CPU's reference of the same checkpoint, within 5% (bf16 elsewhere;
+    bf16 against fp32 is within 2% without FP8)."""
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("float8 products need compute capability 8.9+")
+    pytest.importorskip("compressed_tensors")
+    model_dir = compressed(
+        llama_dir, tmp_path / "fp8", {"strategy": weights}, {"strategy": "token"}
+    )
+    reference = our_logits(model_dir, device="cpu")
+    llm = LLM(str(model_dir), device="cuda", dtype="bfloat16")
+    assert llm.engine.core.runner.plan.fp8_products
+    model = llm.engine.core.runner.model
+    assert model.model.layers[0].mlp.down_proj.weight.dtype == torch.float8_e4m3fn
+    captured = []
+    original = model.compute_logits
+    model.compute_logits = lambda hidden: captured.append(original(hidden)) or captured[-1]
+    llm.generate(PROMPTS, SamplingParams(temperature=0.0, max_tokens=1))
+    logits = captured[0].float().cpu()
+    assert float((logits - reference).norm() / reference.norm()) < 0.05
 
 
 def test_fine_grained_block_fp8_matches_transformers(llama_dir, tmp_path):
