@@ -78,11 +78,12 @@ class FrontendLoRAs:
         info = inspect_adapter(request.lora_path, config.model_config, config.max_lora_rank)
         adapter = Adapter(request, info, time.time())
         old = self.by_name.get(request.lora_name)
+        if old is not None:  # first, so a request for it never sees a stranger by its name
+            self._replaced.add(old.request.lora_int_id)
         self.by_id[request.lora_int_id] = adapter
         self.by_name[request.lora_name] = adapter
         if old is not None:
             del self.by_id[old.request.lora_int_id]
-            self._replaced.add(old.request.lora_int_id)
         self._last_id = max(self._last_id, request.lora_int_id)
         return adapter, old
 

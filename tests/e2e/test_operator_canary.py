@@ -16,8 +16,8 @@ from kubernetes import client
 from e2e import Backend, wait_for
 from e2e.pagoda_pods import engine_argv
 from tests.e2e import operator_env as env
-from tests.e2e.test_operator_adapters import MODEL, Load
 from tests.e2e.operator_env import leader_and_standby
+from tests.e2e.test_operator_adapters import MODEL, Load
 from tests.e2e.test_operator_router import pods, router_urls
 
 pytestmark = pytest.mark.e2e
