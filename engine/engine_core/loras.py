@@ -19,6 +19,8 @@ from typing import Any
 from pagoda.engine.messages import LoRAAdapter, LoRAState
 
 logger = logging.getLogger(__name__)
+# retired adapters kept to serve late requests (each is a name and a path, not weights)
+MAX_RETIRED = 64
 
 CollectiveRpc = Callable[..., list[Any]]
 
@@ -29,6 +31,10 @@ class CoreLoRAs:
         self._rpc = collective_rpc
         self.adapters: dict[int, LoRAAdapter] = {}
         self._removing: set[int] = set()
+        # adapters removed and unloaded, newest last: a request the frontend prepared for
+        # one just before removing it can reach the core after it went (the frontend's
+        # removal and its requests travel separately), and must not wait forever
+        self._retired: dict[int, LoRAAdapter] = {}
 
     def add(self, adapter: LoRAAdapter) -> None:
         known = self.adapters.get(adapter.lora_id)
@@ -49,13 +55,23 @@ class CoreLoRAs:
         # were prepared before the removal: the frontend hands its id out no more); were
         # they left waiting, the adapter could never go and they never finish
         if lora_id not in self.adapters:
-            return False
+            if lora_id not in self._retired:
+                return False  # its add is on its way
+            self._revive(lora_id)
         if self.manager.is_ready(lora_id):
             return True
         state = self.manager.states()[lora_id][0]
         if state == "disk":  # no copy in memory: every rank reads it now
             self._rpc("load_lora", lora_id)
         return False
+
+    def _revive(self, lora_id: int) -> None:
+        """Load a retired adapter again for a late request of its own (it was prepared on
+        these weights), and remove it again once its requests are done."""
+        logger.info("LoRA adapter %d loaded again for a request prepared before its removal",
+                    lora_id)  # fmt: skip
+        self.add(self._retired.pop(lora_id))
+        self._removing.add(lora_id)
 
     def failures(self) -> dict[int, str]:
         """Adapters whose read failed, with the reason (each reported once)."""
@@ -71,7 +87,11 @@ class CoreLoRAs:
         for lora_id in list(self._removing):
             if not request_ids_of(lora_id):
                 self._removing.discard(lora_id)
-                self.adapters.pop(lora_id, None)
+                adapter = self.adapters.pop(lora_id, None)
+                if adapter is not None:
+                    self._retired[lora_id] = adapter
+                    while len(self._retired) > MAX_RETIRED:
+                        del self._retired[next(iter(self._retired))]
                 self._rpc("remove_lora", lora_id)
                 logger.info("LoRA adapter %d unloaded", lora_id)
 

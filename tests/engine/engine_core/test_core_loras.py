@@ -30,4 +30,32 @@ def test_a_removed_adapter_serves_its_queued_requests_then_goes():
     assert ("remove_lora", 5) not in calls
     queued.clear()
     loras.settle(lambda lora_id: queued)
-    assert ("remove_lora", 5) in calls and not loras.is_ready(5)
+    assert ("remove_lora", 5) in calls and 5 not in loras.adapters
+
+
+def test_a_request_prepared_before_the_removal_that_comes_after_it_is_served():
+    """The frontend hands out the old id, then removes the adapter; the request's own
+    message reaches the core after the adapter went: it is loaded again for it (never
+    left waiting), and goes again once that request is done."""
+    calls = []
+    loras = CoreLoRAs(SimpleNamespace(lora=Manager()), lambda *args: calls.append(args))
+    adapter = LoRAAdapter(5, "swap", "/adapters/a0")
+    loras.add(adapter)
+    loras.remove(5)
+    loras.settle(lambda lora_id: [])
+    assert 5 not in loras.adapters
+    assert loras.is_ready(5)  # the late request
+    assert calls.count(("add_lora", adapter)) == 2
+    late = ["req-late"]
+    loras.settle(lambda lora_id: late)
+    assert 5 in loras.adapters
+    late.clear()
+    loras.settle(lambda lora_id: late)
+    assert 5 not in loras.adapters and calls.count(("remove_lora", 5)) == 2
+
+
+def test_an_id_never_added_waits_for_its_add():
+    loras = CoreLoRAs(SimpleNamespace(lora=Manager()), lambda *args: None)
+    assert not loras.is_ready(9)
+    loras.add(LoRAAdapter(9, "new", "/adapters/a1"))
+    assert loras.is_ready(9)
