@@ -70,8 +70,23 @@ class Operator:
     def ready_pods(self) -> list:
         return [p for p in self.pods() if _ready(p) and not p.metadata.deletion_timestamp]
 
+    def wait_ready(self, timeout_s: float) -> None:
+        wait_for(lambda: len(self.ready_pods()) == 2, "two operator replicas Ready", timeout_s)
+
 
 def install(cluster: Cluster, api, backer: PodBacker, state_dir: Path) -> Operator:
+    operator = install_chart(cluster, api, state_dir)
+    backer.register(Backend(OPERATOR_LABELS, operator_argv(client.AppsV1Api(api))))
+    engine = [sys.executable, str(ENGINE_STUB), "--host={pod_ip}", "--port={port}"]
+    backer.register(Backend({ENGINE_LABEL: "stub"}, engine, {"OMP_NUM_THREADS": "1"}))
+    backer.register(Backend(ROUTER_LABELS, router_argv))
+    operator.wait_ready(60)
+    return operator
+
+
+def install_chart(cluster: Cluster, api, state_dir: Path) -> Operator:
+    """`helm install` into pagoda-system with the operator pods backed (whatever runs
+    them is the caller's Backend)."""
     core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": SYSTEM_NAMESPACE}})
     installed = cluster.helm(
@@ -85,13 +100,7 @@ def install(cluster: Cluster, api, backer: PodBacker, state_dir: Path) -> Operat
     # the backer logs each replica in with a token of the chart's ServiceAccount, as the
     # kubelet would; tests use this kubeconfig to act with the same rights
     kubeconfig = sa_kubeconfig(cluster, core, RELEASE, state_dir / "operator.kubeconfig")
-    backer.register(Backend(OPERATOR_LABELS, operator_argv(client.AppsV1Api(api))))
-    engine = [sys.executable, str(ENGINE_STUB), "--host={pod_ip}", "--port={port}"]
-    backer.register(Backend({ENGINE_LABEL: "stub"}, engine, {"OMP_NUM_THREADS": "1"}))
-    backer.register(Backend(ROUTER_LABELS, router_argv))
-    operator = Operator(kubeconfig, core)
-    wait_for(lambda: len(operator.ready_pods()) == 2, "two operator replicas Ready", 60)
-    return operator
+    return Operator(kubeconfig, core)
 
 
 def serve_real_engines(backer: PodBacker, model_dir: Path) -> None:

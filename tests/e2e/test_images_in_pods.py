@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import shutil
 import urllib.request
-import uuid
 from pathlib import Path
 
 import pytest
@@ -22,12 +21,9 @@ from kubernetes import client
 from e2e import Backend, Cluster, wait_for
 from e2e.containers import Podman, podman, podman_missing
 from e2e.pagoda_pods import (
-    BACKED_OPERATOR,
     ENGINE_LABELS,
     OPERATOR_LABELS,
-    RELEASE,
     ROUTER_LABELS,
-    SYSTEM_NAMESPACE,
     container_argv,
 )
 from images import build as images
@@ -85,17 +81,8 @@ def backer(cluster, api, runtime):
 
 @pytest.fixture(scope="module")
 def operator(cluster, api, backer, tmp_path_factory):
-    core = client.CoreV1Api(api)
-    core.create_namespace({"metadata": {"name": SYSTEM_NAMESPACE}})
-    cluster.helm(
-        "install", RELEASE, str(env.CHART), "--namespace", SYSTEM_NAMESPACE,
-        "--set-string", BACKED_OPERATOR,
-        "--set", f"operator.peering.lifetimeSeconds={env.PEERING_LIFETIME_S}",
-    )  # fmt: skip
-    state = tmp_path_factory.mktemp("operator")
-    kubeconfig = env.sa_kubeconfig(cluster, core, RELEASE, state / "operator.kubeconfig")
-    operator = env.Operator(kubeconfig, core)
-    wait_for(lambda: len(operator.ready_pods()) == 2, "two operator containers Ready", 120)
+    operator = env.install_chart(cluster, api, tmp_path_factory.mktemp("operator"))
+    operator.wait_ready(120)  # two containers of the operator image
     yield operator
     env.uninstall(cluster, api, operator)
 
@@ -108,16 +95,6 @@ def model_dir(llama_dir, tmp_path_factory) -> Path:
     for path in [folder.parent, folder, *folder.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return folder
-
-
-@pytest.fixture
-def namespace(api):
-    core = client.CoreV1Api(api)
-    name = f"images-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name}})
-    wait_for(lambda: core.list_namespaced_service_account(name).items, "default SA", 30)
-    yield name
-    core.delete_namespace(name)
 
 
 def container_of(backer, pod) -> str:

@@ -3,6 +3,7 @@ drain and crash tests start their own small ones."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from tests.engine.entrypoints.live_server import API_KEY, LiveServer
@@ -42,3 +43,11 @@ def start_server(llama_dir, tmp_path):
         if server.process.poll() is None:
             server.process.kill()
             server.process.wait()
+
+
+@pytest.fixture(scope="module")
+def http(api_server):
+    """An httpx client of the shared server, with its API key."""
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    with httpx.Client(base_url=api_server.url, headers=headers, timeout=30) as client:
+        yield client

@@ -4,20 +4,10 @@ completion prompt gets; the server's own /tokenize is the reference for the coun
 
 from __future__ import annotations
 
-import httpx
 import pytest
-
-from tests.engine.entrypoints.live_server import API_KEY
 
 CMPL, CHAT = "/v1/completions", "/v1/chat/completions"
 PROMPT = "The paged KV cache keeps every sequence in fixed-size blocks of tokens"
-
-
-@pytest.fixture(scope="module")
-def http(api_server):
-    headers = {"Authorization": f"Bearer {API_KEY}"}
-    with httpx.Client(base_url=api_server.url, headers=headers, timeout=30) as client:
-        yield client
 
 
 def tokens(http, prompt: str, add_special_tokens: bool = True) -> list[int]:

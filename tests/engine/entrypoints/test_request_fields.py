@@ -9,7 +9,6 @@ leaves it unused, or inert: no value of it changes anything here).
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from openai.types import completion_create_params as openai_completion
 from openai.types.chat import completion_create_params as openai_chat
@@ -105,13 +104,6 @@ UNUSED = [
     for name, rule in table.items()
     for value in rule.unused
 ]
-
-
-@pytest.fixture(scope="module")
-def http(api_server):
-    headers = {"Authorization": f"Bearer {API_KEY}"}
-    with httpx.Client(base_url=api_server.url, headers=headers, timeout=30) as client:
-        yield client
 
 
 @pytest.mark.parametrize(("path", "name"), REFUSALS, ids=[f"{p[4:]}-{n}" for p, n in REFUSALS])

@@ -4,20 +4,10 @@ row, and bad values are 400s that name the field."""
 
 from __future__ import annotations
 
-import httpx
 import pytest
-
-from tests.engine.entrypoints.live_server import API_KEY
 
 CMPL, CHAT = "/v1/completions", "/v1/chat/completions"
 PROMPT = "The paged KV cache keeps every sequence in"
-
-
-@pytest.fixture(scope="module")
-def http(api_server):
-    headers = {"Authorization": f"Bearer {API_KEY}"}
-    with httpx.Client(base_url=api_server.url, headers=headers, timeout=60) as client:
-        yield client
 
 
 def test_the_fields_reach_the_sampler(http):
