@@ -95,7 +95,8 @@ class SchedulerOutput:
 
 @dataclass(slots=True)
 class Logprobs:
-    """Log-probabilities of one generated token and the top alternatives."""
+    """Log-probabilities of one token (generated, or of the prompt) and the top
+    alternatives at its position."""
 
     token_id: int
     logprob: float
@@ -105,10 +106,12 @@ class Logprobs:
 
 @dataclass(slots=True)
 class ModelRunnerOutput:
-    """Per request that reached the end of its known tokens: the token it sampled."""
+    """Per request that reached the end of its known tokens: the token it sampled; per
+    request that asked for prompt logprobs, those of the prompt tokens this step scored."""
 
     sampled_token_ids: dict[str, int] = field(default_factory=dict)
     logprobs: dict[str, Logprobs] = field(default_factory=dict)
+    prompt_logprobs: dict[str, list[Logprobs]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -118,6 +121,8 @@ class EngineCoreOutput:
     request_id: str
     new_token_ids: list[int]
     new_logprobs: list[Logprobs] | None = None
+    # the next prompt tokens' logprobs, in order from the second prompt token on
+    new_prompt_logprobs: list[Logprobs] | None = None
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     stop_reason: int | str | None = None
     error: str | None = None  # why the core aborted it (its adapter failed to load)

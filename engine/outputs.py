@@ -39,6 +39,9 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool
     num_cached_tokens: int = 0
+    # prompt_logprobs: one entry per prompt token, None for the first (nothing predicts
+    # it); under output_kind "delta", only the entries not given before
+    prompt_logprobs: list[Logprobs | None] | None = None
     metrics: RequestMetrics | None = field(default=None, repr=False)
     # Set when the engine could not serve the request (its LoRA adapter failed to load):
     # it finished with "abort" and this says why.

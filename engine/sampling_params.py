@@ -30,7 +30,9 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     seed: int | None = None
-    max_tokens: int | None = 16  # None: up to max_model_len
+    # None: up to max_model_len; 0: the prompt is only computed (and scored, with
+    # prompt_logprobs), nothing is generated
+    max_tokens: int | None = 16
     min_tokens: int = 0
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
@@ -42,7 +44,9 @@ class SamplingParams:
     # bad_words as token sequences, with and without a leading space (set from the
     # tokenizer by the input processor, as vLLM's update_from_tokenizer does)
     bad_words_token_ids: list[list[int]] = field(default_factory=list)
-    prompt_logprobs: None = None  # not supported; kept so callers get a clear error
+    # logprobs of every prompt token after the first (each with this many alternatives);
+    # the request then reads no prefix from the cache, so that every position is computed
+    prompt_logprobs: int | None = None
     skip_special_tokens: bool = True
     # What each streamed RequestOutput holds: everything so far, only what is new, or
     # nothing until the request finishes.
@@ -102,10 +106,10 @@ class SamplingParams:
     def _validate_lengths(self) -> None:
         if self.max_tokens is not None:
             _check(
-                isinstance(self.max_tokens, int) and self.max_tokens >= 1,
+                isinstance(self.max_tokens, int) and self.max_tokens >= 0,
                 "max_tokens",
                 self.max_tokens,
-                "an integer >= 1",
+                "an integer >= 0 (0: the prompt only, with its prompt_logprobs)",
             )
         _check(
             isinstance(self.min_tokens, int) and self.min_tokens >= 0,
@@ -169,12 +173,21 @@ class SamplingParams:
                 f"an integer in [0, {MAX_LOGPROBS}]",
             )
         if self.prompt_logprobs is not None:
-            raise ValueError("prompt_logprobs is not supported; leave it unset")
+            _check(
+                isinstance(self.prompt_logprobs, int)
+                and not isinstance(self.prompt_logprobs, bool)
+                and 0 <= self.prompt_logprobs <= MAX_LOGPROBS,
+                "prompt_logprobs",
+                self.prompt_logprobs,
+                f"an integer in [0, {MAX_LOGPROBS}]",
+            )
 
     def for_child(self, index: int) -> SamplingParams:
-        """The params of the index-th of n parallel samples: n=1, seed offset so they differ."""
+        """The params of the index-th of n parallel samples: n=1, seed offset so they differ.
+        The first sample alone scores the prompt (the others read it from the cache)."""
         seed = None if self.seed is None else self.seed + index
-        return replace(self, n=1, seed=seed)
+        prompt_logprobs = self.prompt_logprobs if index == 0 else None
+        return replace(self, n=1, seed=seed, prompt_logprobs=prompt_logprobs)
 
 
 def _is_number(value: object) -> bool:

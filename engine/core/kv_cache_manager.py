@@ -68,9 +68,11 @@ class KVCacheManager:
     def get_computed_blocks(self, request: Request) -> tuple[list[KVCacheBlock], int]:
         """The longest cached run of full blocks at the start of the request's tokens.
 
-        At least one token is always left to compute: its logits pick the next token.
+        At least one token is always left to compute: its logits pick the next token. A
+        request that asks for prompt logprobs reads nothing: every position's logits are
+        needed (its blocks are still cached for others).
         """
-        if not self._hashing(request):
+        if not self._hashing(request) or request.sampling_params.prompt_logprobs is not None:
             return [], 0
         self._update_hashes(request)
         max_blocks = (request.num_tokens - 1) // self.block_size

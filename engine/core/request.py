@@ -111,6 +111,14 @@ class Request:
     def finished(self) -> bool:
         return self.status.finished
 
+    @property
+    def scores_prompt_only(self) -> bool:
+        """max_tokens 0: the request ends once its prompt is computed (and scored)."""
+        return self.sampling_params.max_tokens == 0
+
+    def finish_prompt_only(self) -> None:
+        self._finish(RequestStatus.FINISHED_LENGTH, None)
+
     def append_output_token(self, token_id: int) -> None:
         self.output_token_ids.append(token_id)
 

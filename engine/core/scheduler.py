@@ -12,6 +12,10 @@ results are read (asynchronous scheduling): a decode request then computes the t
 step N is sampling, which the model runner takes from the GPU. A request that stops on
 step N's token has one wasted token computed in step N+1; one whose length cap the
 in-flight tokens already reach is not scheduled again.
+
+A request that asks for prompt logprobs gets them with each step that computes a chunk of
+its prompt; one with max_tokens 0 samples nothing and ends with the step that computes
+the rest of its prompt.
 """
 
 from __future__ import annotations
@@ -72,9 +76,12 @@ class Scheduler:
         self._num_sent_blocks: dict[str, int] = {}
         self.num_preemptions_total = 0
         self._next_step_id = 0
-        # Per step whose results are not in yet: the requests it samples for. A result is
-        # applied only to the same request object (an aborted id may be reused meanwhile).
+        # Per step whose results are not in yet: the requests it samples for, and those
+        # it computes prompt tokens for that asked for their logprobs (or that end there:
+        # max_tokens 0). A result is applied only to the same request object (an aborted
+        # id may be reused meanwhile).
         self._sampling_requests: dict[int, dict[str, Request]] = {}
+        self._scoring_requests: dict[int, dict[str, tuple[Request, bool]]] = {}
 
     # -- requests in and out ---------------------------------------------------------
 
@@ -122,29 +129,41 @@ class Scheduler:
 
     def _advance(self, out: SchedulerOutput) -> None:
         """Count the step's tokens as computed; the requests it samples for get a placeholder."""
-        sampling = {}
+        sampling, scoring = {}, {}
         for request_id, num_tokens in out.num_scheduled_tokens.items():
             request = self.requests[request_id]
+            if request.sampling_params.prompt_logprobs is not None and (
+                request.num_computed_tokens < request.num_prompt_tokens
+            ):
+                scoring[request_id] = (request, False)
             request.num_computed_tokens += num_tokens
-            if request.num_computed_tokens == request.num_tokens_with_placeholders:
+            if request.num_computed_tokens < request.num_tokens_with_placeholders:
+                continue
+            if request.scores_prompt_only:
+                scoring[request_id] = (request, True)  # it ends with this step's results
+            else:
                 request.num_output_placeholders += 1
                 sampling[request_id] = request
         if sampling:
             self._sampling_requests[out.step_id] = sampling
+        if scoring:
+            self._scoring_requests[out.step_id] = scoring
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> tuple[int, bool]:
         preempted = False
         index = 0
         while index < len(self.running) and budget > 0:
             request = self.running[index]
-            if request.num_output_placeholders and (
-                request.num_tokens_with_placeholders >= request.max_total_tokens
+            num_left = request.num_tokens_with_placeholders - request.num_computed_tokens
+            if num_left <= 0 or (
+                request.num_output_placeholders
+                and request.num_tokens_with_placeholders >= request.max_total_tokens
             ):
-                index += 1  # the tokens in flight reach its length cap: nothing left to do
+                # the tokens in flight reach its length cap, or (max_tokens 0) its whole
+                # prompt is computed: nothing left to do but wait for the results
+                index += 1
                 continue
-            num_new = min(
-                request.num_tokens_with_placeholders - request.num_computed_tokens, budget
-            )
+            num_new = min(num_left, budget)
             while not self.kv_cache.allocate_slots(request, num_new):
                 victim = self.waiting.pick_victim(self.running)
                 victim_index = self.running.index(victim)
@@ -258,24 +277,42 @@ class Scheduler:
     def update_from_output(
         self, scheduled: SchedulerOutput, result: ModelRunnerOutput
     ) -> list[EngineCoreOutput]:
-        """Apply a step's sampled tokens (steps are applied in the order they were scheduled)."""
+        """Apply a step's sampled tokens and prompt logprobs (steps are applied in the order
+        they were scheduled)."""
         outputs = []
-        for request_id, request in self._sampling_requests.pop(scheduled.step_id, {}).items():
+        sampled = self._sampling_requests.pop(scheduled.step_id, {})
+        for request_id, request in sampled.items():
             if self.requests.get(request_id) is not request:
                 continue  # finished or aborted while the step ran
             token_id = result.sampled_token_ids[request_id]
             request.num_output_placeholders -= 1
             request.append_output_token(token_id)
-            was_running = request.status == RequestStatus.RUNNING  # or preempted meanwhile
             if request.check_stop():
-                if was_running:
-                    self._leave_running(request)
-                else:
-                    self.waiting.remove(request)
-                self._finish(request)
+                self._end(request)
             logprobs = result.logprobs.get(request_id)
-            outputs.append(self._output(request, [token_id], [logprobs] if logprobs else None))
+            output = self._output(request, [token_id], [logprobs] if logprobs else None)
+            output.new_prompt_logprobs = result.prompt_logprobs.get(request_id)
+            outputs.append(output)
+        scored = self._scoring_requests.pop(scheduled.step_id, {})
+        for request_id, (request, ends) in scored.items():
+            if request_id in sampled or self.requests.get(request_id) is not request:
+                continue
+            if ends and request.num_computed_tokens >= request.num_tokens:
+                request.finish_prompt_only()  # (not when preempted since: it runs again)
+                self._end(request)
+            output = self._output(request, [])
+            output.new_prompt_logprobs = result.prompt_logprobs.get(request_id)
+            if output.new_prompt_logprobs or output.finished:
+                outputs.append(output)
         return outputs
+
+    def _end(self, request: Request) -> None:
+        """A request that finished on a step's results: out of its queue, blocks freed."""
+        if request in self.running:
+            self._leave_running(request)
+        else:
+            self.waiting.remove(request)  # preempted meanwhile
+        self._finish(request)
 
     def _leave_running(self, request: Request) -> None:
         self.running.remove(request)

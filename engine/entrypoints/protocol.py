@@ -66,13 +66,16 @@ class SamplingFields(OpenAIModel):
     bad_words: list[str] | None = documented(items={"type": "string", "pattern": r"\S"})
     # keep the prompt's last k tokens; -1: the model's context length
     truncate_prompt_tokens: int | None = documented(minimum=-1, **{"not": {"const": 0}})
+    # each prompt token's logprob (and this many alternatives), in `prompt_logprobs`
+    prompt_logprobs: int | None = documented(minimum=0, maximum=MAX_LOGPROBS)
 
 
 class CompletionRequest(SamplingFields):
     model_config = ConfigDict(extra="allow")  # checked by request_fields.refuse_unsupported
 
     prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = documented(16, minimum=1)
+    # 0: nothing generated, with echo or prompt_logprobs (the prompt scored)
+    max_tokens: int | None = documented(16, minimum=0)
     logprobs: int | None = documented(minimum=0, maximum=MAX_LOGPROBS)  # top alternatives
     echo: bool = False
     suffix: str | None = documented(maxLength=0)  # not supported yet
@@ -161,12 +164,29 @@ class CompletionLogprobs(BaseModel):
     top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
 
 
+class PromptLogprob(BaseModel):
+    """One token at one prompt position, as vLLM's `prompt_logprobs` show it."""
+
+    logprob: float
+    rank: int  # 1 = the most likely token there
+    decoded_token: str
+
+
+# per prompt token (None for the first): token id (as a string) -> its logprob there
+PromptLogprobs = list[dict[str, PromptLogprob] | None]
+
+
+def _left_out_unless_asked():
+    return Field(default=None, exclude_if=lambda value: value is None)
+
+
 class CompletionChoice(BaseModel):
     index: int
     text: str
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None  # the stop string or token id that matched
+    prompt_logprobs: PromptLogprobs | None = _left_out_unless_asked()
 
 
 class CompletionResponse(BaseModel):
@@ -212,6 +232,7 @@ class ChatCompletionResponse(BaseModel):
     model: str
     choices: list[ChatChoice]
     usage: UsageInfo
+    prompt_logprobs: PromptLogprobs | None = _left_out_unless_asked()
 
 
 class DeltaMessage(BaseModel):

@@ -1,7 +1,7 @@
 """Every request field of OpenAI's API and of vLLM's extensions: honoured, or refused.
 
 A field a server drops while answering 200 is a silent wrong answer: a `guided_json` the
-output does not follow, `prompt_logprobs` that never come, a `chat_template` not used. So
+output does not follow, a `chat_template` not used. So
 each field of the two APIs is either declared by the request models in protocol.py (and
 applied by the engine) or listed here with the values that leave it unused — a client
 that sends the default is served — and what to do instead; any other value is a 400 that
@@ -45,7 +45,6 @@ SHARED = {
     "spaces_between_special_tokens": Refused(
         "vLLM", "special tokens are always joined with spaces: leave it out", (None, True)
     ),
-    "prompt_logprobs": Refused("vLLM", "prompt logprobs are not supported yet: leave it out"),
     "guided_json": Refused("vLLM", _GUIDED),
     "guided_regex": Refused("vLLM", _GUIDED),
     "guided_choice": Refused("vLLM", _GUIDED),

@@ -9,7 +9,10 @@ from pagoda.engine.sampling_params import SamplingParams
 
 
 def sampling_params(
-    body: SamplingFields, max_tokens: int | None, logprobs: int | None
+    body: SamplingFields,
+    max_tokens: int | None,
+    logprobs: int | None,
+    prompt_logprobs: int | None = None,
 ) -> SamplingParams:
     """Ranges are left to SamplingParams.validate, whose ValueError names the field."""
     check_common(body)
@@ -30,6 +33,7 @@ def sampling_params(
         include_stop_str_in_output=body.include_stop_str_in_output,
         ignore_eos=body.ignore_eos,
         logprobs=logprobs,
+        prompt_logprobs=prompt_logprobs,
         allowed_token_ids=body.allowed_token_ids,
         bad_words=body.bad_words or [],
         skip_special_tokens=body.skip_special_tokens,

@@ -9,7 +9,7 @@ from fastapi import Request
 
 from pagoda.engine.entrypoints.admission import Ticket
 from pagoda.engine.entrypoints.errors import APIError
-from pagoda.engine.entrypoints.logprobs import TokenTexts, chat_logprobs
+from pagoda.engine.entrypoints.logprobs import TokenTexts, chat_logprobs, vllm_prompt_logprobs
 from pagoda.engine.entrypoints.prompt_tokens import check_truncation, truncated
 from pagoda.engine.entrypoints.protocol import (
     ChatChoice,
@@ -65,13 +65,8 @@ async def create_chat_completion(
     engine = state.require_engine()
     model, lora_request = state.resolve_model(body.model, body.lora_name)
     num_top = _check_chat_fields(body)
-    max_tokens = body.max_tokens  # max_completion_tokens, OpenAI's newer name, wins
-    if body.max_completion_tokens is not None:
-        if body.max_completion_tokens < 1:  # not "no limit", as 0 would read if falsy
-            message = f"max_completion_tokens must be at least 1, got {body.max_completion_tokens}"
-            raise APIError(400, message, param="max_completion_tokens")
-        max_tokens = body.max_completion_tokens
-    params = sampling_params(body, max_tokens, num_top)
+    max_tokens = _max_tokens(body)
+    params = sampling_params(body, max_tokens, num_top, body.prompt_logprobs)
     check_truncation(body.truncate_prompt_tokens)
     ticket = state.admission.acquire(max(1, params.n))
     with released_on_error(ticket):
@@ -93,6 +88,19 @@ async def create_chat_completion(
     return await respond(request, ticket, events, lambda: _complete(job))
 
 
+def _max_tokens(body: ChatCompletionRequest) -> int | None:
+    """max_completion_tokens, OpenAI's newer name, wins over max_tokens; either at least 1
+    (0 is not "no limit", as a falsy check would read it, nor "the prompt only", which
+    only completions serve)."""
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = getattr(body, name)
+        if value is not None:
+            if value < 1:
+                raise APIError(400, f"{name} must be at least 1, got {value}", param=name)
+            return value
+    return None
+
+
 def _check_chat_fields(body: ChatCompletionRequest) -> int | None:
     """Refuse what is not supported; the number of top logprobs to return (None: none)."""
     if body.tools:
@@ -104,6 +112,12 @@ def _check_chat_fields(body: ChatCompletionRequest) -> int | None:
             400,
             f"response_format {body.response_format.type!r} is not supported yet: only 'text'",
             param="response_format",
+        )
+    if body.prompt_logprobs is not None and body.stream:
+        raise APIError(
+            400,
+            "prompt_logprobs come in whole responses only: set stream to false",
+            param="prompt_logprobs",
         )
     if body.top_logprobs is not None and not body.logprobs:
         raise APIError(400, "top_logprobs needs logprobs=true", param="top_logprobs")
@@ -147,9 +161,14 @@ async def _complete(job: _Job) -> ChatCompletionResponse:
     ]
     num_generated = sum(len(sample.token_ids) for sample in final.outputs)
     job.cached = final.num_cached_tokens
+    prompt_logprobs = None
+    if job.body.prompt_logprobs is not None and final.prompt_logprobs is not None:
+        prompt_logprobs = vllm_prompt_logprobs(
+            final.prompt_logprobs, job.texts, job.body.prompt_logprobs
+        )
     return ChatCompletionResponse(
         id=job.id, created=job.created, model=job.model, choices=choices,
-        usage=job.usage(num_generated),
+        usage=job.usage(num_generated), prompt_logprobs=prompt_logprobs,
     )  # fmt: skip
 
 

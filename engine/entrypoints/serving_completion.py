@@ -12,7 +12,13 @@ from fastapi import Request
 
 from pagoda.engine.entrypoints.admission import Ticket
 from pagoda.engine.entrypoints.errors import APIError
-from pagoda.engine.entrypoints.logprobs import TokenTexts, completion_logprobs
+from pagoda.engine.entrypoints.logprobs import (
+    TokenTexts,
+    completion_logprobs,
+    echoed_prompt_logprobs,
+    joined,
+    vllm_prompt_logprobs,
+)
 from pagoda.engine.entrypoints.prompt_tokens import check_truncation, completion_prompt
 from pagoda.engine.entrypoints.protocol import (
     CompletionChoice,
@@ -34,7 +40,7 @@ from pagoda.engine.entrypoints.streaming import (
     sse,
 )
 from pagoda.engine.frontend.async_llm import AsyncLLM
-from pagoda.engine.outputs import CompletionOutput
+from pagoda.engine.outputs import CompletionOutput, RequestOutput
 from pagoda.engine.processing.input_processor import PreparedRequest
 
 
@@ -54,6 +60,9 @@ class _Job:
     offsets: dict[int, int] = field(default_factory=dict)
     # prompt index -> its tokens the prefix cache served, as the engine last said
     cached: dict[int, int] = field(default_factory=dict)
+    # prompt index -> its prompt logprobs (when asked for), once the engine gave them
+    prompt_logprobs: dict[int, list] = field(default_factory=dict)
+    started: set[int] = field(default_factory=set)  # choices that had their first chunk
 
     @property
     def n(self) -> int:
@@ -86,7 +95,7 @@ async def create_completion(
         completion_prompt(engine, p, body.add_special_tokens, body.truncate_prompt_tokens)
         for p in _prompts(body.prompt)
     ]
-    params = sampling_params(body, body.max_tokens, body.logprobs)
+    params = sampling_params(body, body.max_tokens, body.logprobs, _prompt_logprobs(body))
     ticket = state.admission.acquire(len(prompts) * max(1, params.n))
     with released_on_error(ticket):
         job = _Job(body, model, engine, [], texts, state.settings.request_timeout)
@@ -105,10 +114,21 @@ def _refuse_unsupported(body: CompletionRequest) -> None:
         raise APIError(400, "suffix is not supported: leave it out", param="suffix")
     if body.best_of is not None and body.best_of != body.n:
         raise APIError(400, "best_of is only supported equal to n: leave it out", param="best_of")
-    if body.echo and body.logprobs is not None:
+    if body.max_tokens == 0 and not body.echo and body.prompt_logprobs is None:
         raise APIError(
-            400, "echo with logprobs needs prompt logprobs, which are not supported", param="echo"
+            400,
+            "max_tokens 0 generates nothing: send echo (with logprobs to score the prompt) or "
+            "prompt_logprobs with it, or ask for at least 1 token",
+            param="max_tokens",
         )
+
+
+def _prompt_logprobs(body: CompletionRequest) -> int | None:
+    """Alternatives per prompt token the engine must give: for echo with logprobs, for
+    vLLM's prompt_logprobs, the more of the two; None when neither asks."""
+    asked = [body.prompt_logprobs, body.logprobs if body.echo else None]
+    asked = [k for k in asked if k is not None]
+    return max(asked) if asked else None
 
 
 def _prompts(prompt) -> list[str | list[int]]:
@@ -126,6 +146,8 @@ async def _complete(job: _Job) -> CompletionResponse:
     outputs = await job.deadline().wait_for(
         gather_or_cancel([last(job.engine.generate(p, None, p.request_id)) for p in job.prepared])
     )
+    for i, output in enumerate(outputs):
+        _keep_prompt_logprobs(job, i, output)
     choices = [
         _choice(job, i, sample, echo=job.body.echo)
         for i, output in enumerate(outputs)
@@ -143,14 +165,13 @@ def _stream(job: _Job, ticket: Ticket):
     generated = [0]  # tokens so far, for the usage chunk
 
     async def events():
-        started: set[int] = set()  # choices that sent their first chunk (echo goes there)
         streams = [job.engine.generate(p, None, p.request_id) for p in job.prepared]
         async for i, output in merge(streams):
+            _keep_prompt_logprobs(job, i, output)
             choices = []
             for sample in output.outputs:
                 index = i * job.n + sample.index
-                choices.append(_choice(job, i, sample, job.body.echo and index not in started))
-                started.add(index)
+                choices.append(_choice(job, i, sample, job.body.echo and index not in job.started))
                 generated[0] += len(sample.token_ids)
             job.cached[i] = output.num_cached_tokens
             yield sse(_chunk(job, choices))
@@ -169,17 +190,39 @@ def _chunk(job: _Job, choices: list[CompletionChoice], usage=None) -> Completion
     )
 
 
+def _keep_prompt_logprobs(job: _Job, prompt_index: int, output: RequestOutput) -> None:
+    """A stream's outputs carry the prompt logprobs once: keep them for every choice."""
+    if output.prompt_logprobs:
+        job.prompt_logprobs.setdefault(prompt_index, []).extend(output.prompt_logprobs)
+
+
 def _choice(job: _Job, prompt_index: int, sample: CompletionOutput, echo: bool):
-    index = prompt_index * job.n + sample.index
-    text = (job.prompt_text(prompt_index) + sample.text) if echo else sample.text
+    """One choice of a response or chunk; `echo`: it is the choice's first, which starts
+    with the prompt (and its logprobs, and vLLM's prompt_logprobs)."""
+    body, index = job.body, prompt_index * job.n + sample.index
+    prompt_text = job.prompt_text(prompt_index) if echo else ""
+    start = job.offsets.get(index, 0)
+    job.offsets[index] = start + len(prompt_text) + len(sample.text)
     logprobs = None
-    if job.body.logprobs is not None and sample.logprobs is not None:
-        logprobs = completion_logprobs(sample.logprobs, job.texts, job.offsets.get(index, 0))
-    job.offsets[index] = job.offsets.get(index, 0) + len(text)
+    if body.logprobs is not None and sample.logprobs is not None:
+        logprobs = completion_logprobs(
+            sample.logprobs, job.texts, start + len(prompt_text), body.logprobs
+        )
+    scored = job.prompt_logprobs.get(prompt_index)
+    if echo and body.logprobs is not None and scored is not None:
+        prompt_token_ids = job.prepared[prompt_index].prompt.token_ids
+        echoed = echoed_prompt_logprobs(prompt_token_ids, scored, job.texts, body.logprobs)
+        logprobs = joined(echoed, logprobs) if logprobs is not None else echoed
+    first_chunk = index not in job.started
+    job.started.add(index)
+    vllm_scored = None
+    if body.prompt_logprobs is not None and scored is not None and first_chunk:
+        vllm_scored = vllm_prompt_logprobs(scored, job.texts, body.prompt_logprobs)
     return CompletionChoice(
         index=index,
-        text=text,
+        text=prompt_text + sample.text,
         logprobs=logprobs,
         finish_reason=sample.finish_reason,
         stop_reason=sample.stop_reason,
+        prompt_logprobs=vllm_scored,
     )

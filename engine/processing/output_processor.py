@@ -42,6 +42,10 @@ class _Request:
     metrics: RequestMetrics
     num_cached_tokens: int = 0
     error: str | None = None  # why the core failed it
+    # prompt_logprobs: [None] (the first token's) and then what the core scored so far,
+    # taken from the first sample (each of n samples scores the same prompt)
+    prompt_logprobs: list[Logprobs | None] | None = None
+    num_sent_prompt_logprobs: int = 0
 
     @property
     def finished(self) -> bool:
@@ -110,6 +114,8 @@ class OutputProcessor:
         ]
         metrics = RequestMetrics(arrival_time)
         request = _Request(request_id, prompt, params, samples, child_ids, metrics)
+        if params.prompt_logprobs is not None:
+            request.prompt_logprobs = [None]
         self._requests[request_id] = request
         for child_id, sample in zip(child_ids, samples, strict=True):
             self._children[child_id] = (request, sample)
@@ -137,6 +143,10 @@ class OutputProcessor:
             if entry is None:
                 continue  # aborted or already finished by a stop string
             request, sample = entry
+            if core_output.new_prompt_logprobs and sample.index == 0:
+                request.prompt_logprobs.extend(core_output.new_prompt_logprobs)
+            if not core_output.new_token_ids and not core_output.finished:
+                continue  # prompt logprobs only: they go out with the first token
             request.num_cached_tokens = core_output.num_cached_tokens
             request.error = core_output.error or request.error
             if core_output.new_token_ids and request.metrics.first_token_time is None:
@@ -211,6 +221,10 @@ class OutputProcessor:
         ]
         if kind == "delta":
             completions = [c for c in completions if c.token_ids or c.text or c.finished]
+        prompt_logprobs = request.prompt_logprobs
+        if prompt_logprobs is not None and kind == "delta":
+            prompt_logprobs = prompt_logprobs[request.num_sent_prompt_logprobs :]
+            request.num_sent_prompt_logprobs = len(request.prompt_logprobs)
         return RequestOutput(
             request_id=request.request_id,
             prompt=request.prompt.text,
@@ -218,6 +232,7 @@ class OutputProcessor:
             outputs=completions,
             finished=finished,
             num_cached_tokens=request.num_cached_tokens,
+            prompt_logprobs=prompt_logprobs,
             metrics=request.metrics,
             error=request.error,
         )

@@ -31,6 +31,9 @@ class RequestState:
     num_computed_tokens: int = 0
     num_pending: int = 0  # sampled by launched steps, not in token_ids yet
     lora_id: int | None = None
+    # prompt tokens whose logprobs were reported (prompt_logprobs), counting the first,
+    # which has none: a chunk computed again after a preemption is not reported twice
+    num_prompt_scored: int = 1
 
     @property
     def num_output_tokens(self) -> int:
@@ -96,6 +99,7 @@ class HostBatch:
     # request's newest token, sampled by the step before this one.
     tokens_on_device: list[tuple[int, RequestState]]
     lora_ids: list[int | None] = field(default_factory=list)  # each row's adapter
+    states: list[RequestState] = field(default_factory=list)  # each sequence's request
 
     @property
     def num_tokens(self) -> int:
@@ -139,8 +143,10 @@ def build_host_batch(
     )
     seq_lens = (starts + counts).astype(np.int32)
     input_ids, tokens_on_device = _token_ids(request_states, starts, counts, query_start_loc)
-    samples = [
-        i for i, s in enumerate(request_states) if seq_lens[i] == len(s.token_ids) + s.num_pending
+    samples = [  # caught up with its tokens (a request with max_tokens 0 never samples)
+        i
+        for i, s in enumerate(request_states)
+        if seq_lens[i] == len(s.token_ids) + s.num_pending and s.params.max_tokens != 0
     ]
     return HostBatch(
         input_ids=input_ids,
@@ -153,6 +159,7 @@ def build_host_batch(
         sampling_states=[request_states[i] for i in samples],
         tokens_on_device=tokens_on_device,
         lora_ids=[s.lora_id for s in request_states],
+        states=request_states,
     )
 
 

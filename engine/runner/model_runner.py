@@ -48,6 +48,11 @@ from pagoda.engine.runner.input_batch import (
 )
 from pagoda.engine.runner.lora_manager import LoRAManager
 from pagoda.engine.runner.pending_output import PendingOutput, SampledStep
+from pagoda.engine.runner.prompt_logprobs import (
+    PromptLogprobsTensors,
+    plan_prompt_scoring,
+    score_prompts,
+)
 from pagoda.engine.runner.step_profile import StepProfile
 
 logger = logging.getLogger(__name__)
@@ -224,13 +229,17 @@ class ModelRunner:
         if self.lora is not None:
             held = {s.lora_id for s in self.requests.values() if s.lora_id is not None}
             self.lora.prepare(batch, held)
-        shape = self.graphs.bucket(batch) if self.graphs is not None else None
-        logits = self._run_model(batch, need_logits, shape)
+        scoring = plan_prompt_scoring(batch)
+        # A step that scores prompt tokens runs eagerly: it needs every token's hidden state
+        # (a decode graph keeps only logits), and such steps are rare (evaluations).
+        use_graphs = self.graphs is not None and scoring is None
+        shape = self.graphs.bucket(batch) if use_graphs else None
+        logits, prompt = self._run_model(batch, need_logits, shape, scoring)
         for request_id, num_tokens in scheduled.num_scheduled_tokens.items():
             self.requests[request_id].num_computed_tokens += num_tokens
-        output = PendingOutput()
+        output = PendingOutput(None, prompt)
         if sampling is not None:
-            output = SampledStep(batch.sampling_states, self.sampler(logits, sampling))
+            output = SampledStep(batch.sampling_states, self.sampler(logits, sampling), prompt)
             self._last_sampled = output
         if span is not None:
             kind = "eager" if shape is None else "decode_graph" if shape.decode else "ragged_graph"
@@ -253,10 +262,11 @@ class ModelRunner:
         return last.token_ids, [last.row_of(state) for _, state in batch.tokens_on_device]
 
     def _run_model(
-        self, batch: HostBatch, need_logits: bool, shape: PaddedShape | None
-    ) -> torch.Tensor | None:
+        self, batch: HostBatch, need_logits: bool, shape: PaddedShape | None, scoring=None
+    ) -> tuple[torch.Tensor | None, PromptLogprobsTensors | None]:
         """Logits of the sampling rows: from a replay of the graph of `shape`, or (shape
-        None) from an eager forward."""
+        None) from an eager forward; and the prompt logprobs `scoring` asks for (eager
+        only)."""
         previous = self._previous_sampled(batch)
         if shape is not None:
             inputs = self.buffers.load(
@@ -267,12 +277,15 @@ class ModelRunner:
             )
             output = self.graphs.replay(shape)
             if shape.decode:  # the graph computed every row's logits
-                return output[inputs.logits_indices]
+                return output[inputs.logits_indices], None
             hidden = output
         else:
             num_splits = self.plan.num_splits(batch.num_seqs) if batch.decode_only else 1
             inputs = self.buffers.load(batch, num_splits=num_splits, previous_sampled=previous)
             hidden = self.forward_hidden(inputs)
+        prompt = None
+        if scoring is not None:
+            prompt = score_prompts(self.model.compute_logits, hidden, scoring, self.tp.is_driver)
         if not need_logits:
-            return None
-        return self.model.compute_logits(hidden[inputs.logits_indices])
+            return None, prompt
+        return self.model.compute_logits(hidden[inputs.logits_indices]), prompt

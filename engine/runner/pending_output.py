@@ -11,16 +11,30 @@ from __future__ import annotations
 from pagoda.engine.layers.sampler import SampledOnHost, SamplerOutput
 from pagoda.engine.messages import ModelRunnerOutput
 from pagoda.engine.runner.input_batch import RequestState
+from pagoda.engine.runner.prompt_logprobs import PromptLogprobsTensors
 
 
 class PendingOutput:
-    """A step whose output is known at once: it sampled nothing, or ran on another rank."""
+    """A step whose output is known at once: it sampled nothing, or ran on another rank
+    (but it may have scored prompt tokens, read back when asked)."""
 
-    def __init__(self, output: ModelRunnerOutput | None = None) -> None:
-        self._output = output if output is not None else ModelRunnerOutput()
+    def __init__(
+        self,
+        output: ModelRunnerOutput | None = None,
+        prompt: PromptLogprobsTensors | None = None,
+    ) -> None:
+        self._output = output
+        self._prompt = prompt
 
     def result(self) -> ModelRunnerOutput:
+        if self._output is None:
+            self._output = ModelRunnerOutput()
+            self._add_prompt_logprobs(self._output)
         return self._output
+
+    def _add_prompt_logprobs(self, output: ModelRunnerOutput) -> None:
+        if self._prompt is not None:
+            output.prompt_logprobs = self._prompt.by_request()
 
 
 class SampledStep(PendingOutput):
@@ -30,12 +44,17 @@ class SampledStep(PendingOutput):
     waits for the device once, and may be called again) appends it to the request.
     """
 
-    def __init__(self, states: list[RequestState], sampled: SamplerOutput) -> None:
+    def __init__(
+        self,
+        states: list[RequestState],
+        sampled: SamplerOutput,
+        prompt: PromptLogprobsTensors | None = None,
+    ) -> None:
+        super().__init__(None, prompt)
         self.states = states
         self.token_ids = sampled.token_ids  # [rows] on the device
         self._rows = {state.request_id: row for row, state in enumerate(states)}
         self._host = SampledOnHost(sampled)
-        self._output = None
         for state in states:
             state.num_pending += 1
 
@@ -59,5 +78,6 @@ class SampledStep(PendingOutput):
                 output.sampled_token_ids[state.request_id] = token_id
                 if row in logprobs:
                     output.logprobs[state.request_id] = logprobs[row]
+            self._add_prompt_logprobs(output)
             self._output = output
         return self._output

@@ -36,14 +36,14 @@ BAD_PARAMS = [
     ({"repetition_penalty": 0.0}, "repetition_penalty"),
     ({"presence_penalty": 2.5}, "presence_penalty"),
     ({"frequency_penalty": -3.0}, "frequency_penalty"),
-    ({"max_tokens": 0}, "max_tokens"),
+    ({"max_tokens": -1}, "max_tokens"),
     ({"max_tokens": 5, "min_tokens": 6}, "min_tokens"),
     ({"min_tokens": -1}, "min_tokens"),
     ({"logprobs": 21}, "logprobs"),
     ({"stop": [""]}, "stop"),
     ({"stop_token_ids": [10**9]}, "stop_token_ids"),
     ({"seed": "abc"}, "seed"),
-    ({"prompt_logprobs": 1}, "prompt_logprobs"),
+    ({"prompt_logprobs": 21}, "prompt_logprobs"),
     ({"output_kind": "sometimes"}, "output_kind"),
 ]
 
