@@ -14,7 +14,7 @@ DEMO_MODEL ?= $(PAGODA_CACHE_DIR)/demo/smollm2-135m
 DEMO_STATE := .cache/demo
 
 .PHONY: setup test soak lint format run run-intro stop serve demo-model prometheus grafana-schema \
-	clean generate images images-push image-tools
+	lm-eval clean generate images images-push image-tools
 
 setup: $(STAMP)
 
@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $@
 
-test: setup k8s-tools demo-model prometheus grafana-schema image-tools
+test: setup k8s-tools demo-model prometheus grafana-schema image-tools lm-eval
 	@# the images the image tests run (they skip, saying why, where nothing can build them)
 	@$(PYTHON) images/build.py --if-possible
 	$(BIN)/pytest
@@ -40,6 +40,11 @@ test: setup k8s-tools demo-model prometheus grafana-schema image-tools
 # Grafana's dashboard types and tsc (npm), which the dashboards' schema test runs.
 grafana-schema: setup
 	@$(BIN)/python -m tests.operator.observability.grafana_schema
+
+# lm-eval in a venv of its own (its pins clash with the dev venv's), which the API tests
+# run against the server: a no-op once in the cache.
+lm-eval: setup
+	@$(BIN)/python -m tests.engine.entrypoints.lm_eval_env
 
 # promtool, which the alert rules' tests run (and Prometheus, which `make run` starts when
 # installed): Debian's package, installed when missing and this is a root Debian machine.

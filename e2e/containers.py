@@ -43,6 +43,7 @@ NAME_PREFIX = "pagoda-e2e-"
 _QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)([a-zA-Z]*)$")
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 _DECIMAL = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+PODMAN_TIMEOUT_S = 120.0
 
 
 class PodSpecError(ValueError):
@@ -61,8 +62,19 @@ def podman_missing() -> str | None:
     return None
 
 
-def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(["podman", *args], capture_output=True, text=True, env=podman_env())
+def podman(
+    *args: str, check: bool = True, timeout_s: float = PODMAN_TIMEOUT_S
+) -> subprocess.CompletedProcess:
+    """podman, which must answer within `timeout_s`: a call stuck on the store's lock
+    raises here, saying so, rather than stalling the pod backer's loop."""
+    try:
+        result = subprocess.run(
+            ["podman", *args], capture_output=True, text=True, env=podman_env(), timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(
+            f"podman {' '.join(args[:2])} did not answer in {timeout_s:.0f} s"
+        ) from exc
     if check and result.returncode != 0:
         raise RuntimeError(f"podman {' '.join(args[:2])} failed: {result.stderr.strip()}")
     return result
@@ -115,7 +127,8 @@ class Podman:
 
     def stop(self, name: str, grace_s: float) -> None:
         """SIGTERM, then SIGKILL after `grace_s`; the `podman run` process then exits."""
-        podman("stop", f"--time={max(int(grace_s), 0)}", name, check=False)
+        grace = max(int(grace_s), 0)
+        podman("stop", f"--time={grace}", name, check=False, timeout_s=grace + PODMAN_TIMEOUT_S)
 
     def reap(self, name: str, key: str) -> int | None:
         """Record the exited container's exit code under `key` (namespace/name) and

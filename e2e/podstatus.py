@@ -153,3 +153,23 @@ def _status(pod, phase: str, pod_ip: str, ready: str, containers: list, start: s
         "conditions": conditions,
         "containerStatuses": containers,
     }
+
+
+def describe(pod) -> str:
+    """One line on where a pod is (its node, phase, readiness, container state), for a
+    test's timeout message: the why of a pod that never came up."""
+    status = pod.status
+    states = []
+    for container in (status and status.container_statuses) or []:
+        state = container.state
+        waiting = state and state.waiting
+        terminated = state and state.terminated
+        if waiting:
+            states.append(f"waiting {waiting.reason}: {(waiting.message or '')[-300:]}")
+        elif terminated:
+            states.append(f"exited {terminated.exit_code}")
+        else:
+            states.append(f"running, ready={container.ready}, restarts={container.restart_count}")
+    phase = status.phase if status else None
+    node = pod.spec.node_name or "unscheduled"
+    return f"{pod.metadata.name} on {node}, {phase}: {'; '.join(states) or 'no container status'}"

@@ -20,7 +20,7 @@ from typing import Any
 
 from kubernetes import client
 
-from e2e import Backend, Cluster, PodBacker, kubeconfig, wait_for
+from e2e import Backend, Cluster, PodBacker, kubeconfig, podstatus, wait_for
 from e2e.pagoda_pods import (
     BACKED,
     BACKED_OPERATOR,
@@ -71,7 +71,11 @@ class Operator:
         return [p for p in self.pods() if _ready(p) and not p.metadata.deletion_timestamp]
 
     def wait_ready(self, timeout_s: float) -> None:
-        wait_for(lambda: len(self.ready_pods()) == 2, "two operator replicas Ready", timeout_s)
+        try:
+            wait_for(lambda: len(self.ready_pods()) == 2, "two operator replicas Ready", timeout_s)
+        except TimeoutError as exc:
+            pods = "\n".join(podstatus.describe(pod) for pod in self.pods()) or "no pods"
+            raise TimeoutError(f"{exc}; the operator's pods:\n{pods}") from exc
 
 
 def install(cluster: Cluster, api, backer: PodBacker, state_dir: Path) -> Operator:

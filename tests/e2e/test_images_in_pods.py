@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from e2e import Backend, Cluster, wait_for
+from e2e import Backend, Cluster, podstatus, wait_for
 from e2e.containers import Podman, podman, podman_missing
 from e2e.pagoda_pods import (
     ENGINE_LABELS,
@@ -196,7 +196,11 @@ def test_a_pod_whose_image_is_not_built_says_so(api, backer, namespace):
         states = status.container_statuses or []
         return next((s.state.waiting for s in states if s.state and s.state.waiting), None)
 
-    state = wait_for(waiting, "the pod to say why it cannot start", 30)
+    try:
+        state = wait_for(waiting, "the pod to say why it cannot start", 30)
+    except TimeoutError as exc:
+        pod = core.read_namespaced_pod("missing", namespace)
+        raise TimeoutError(f"{exc}: {podstatus.describe(pod)}") from exc
     assert state.reason == "CreateContainerConfigError"
     assert "make images" in state.message
 
