@@ -95,8 +95,9 @@ class RequestIdHeader:
 
 
 def _name_models_in_schema(app: FastAPI, names: list[str], state: ServerState) -> None:
-    """The schema's `model` fields list the served names, and its token ids the model's
-    vocabulary, so clients (and fuzzers) know them."""
+    """The schema's `model` fields list the served names, its token ids the model's
+    vocabulary, and `chat_template` is null unless this server trusts request templates,
+    so clients (and fuzzers) know them."""
     default_openapi = app.openapi
 
     def openapi() -> dict:
@@ -111,6 +112,9 @@ def _name_models_in_schema(app: FastAPI, names: list[str], state: ServerState) -
                 allowed = properties.get("allowed_token_ids")
                 if allowed is not None and vocab_size:
                     allowed["items"]["maximum"] = vocab_size - 1
+                template = properties.get("chat_template")
+                if template is not None and not state.settings.trust_request_chat_template:
+                    properties["chat_template"] = {"type": "null", "title": template.get("title")}
         return app.openapi_schema
 
     app.openapi = openapi

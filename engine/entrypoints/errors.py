@@ -107,8 +107,13 @@ def _describe(error: Mapping) -> str:
 
 
 def _field(error: Mapping) -> str:
-    loc = [str(part) for part in error.get("loc", ()) if part != "body"]
-    return ".".join(loc)
+    """The field as the client wrote it: `messages[0].content`, not pydantic's path."""
+    path = ""
+    for part in error.get("loc", ()):
+        if part == "body":
+            continue
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
 
 
 async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pagoda.engine.processing.tokenizer import RESERVED_TEMPLATE_NAMES
 from pagoda.engine.sampling_params import MAX_LOGPROBS
 
 
@@ -88,17 +89,84 @@ class ContentPart(OpenAIModel):
     text: str | None = None
 
 
+class ToolCallFunction(OpenAIModel):
+    name: str
+    arguments: str  # JSON, as OpenAI sends it
+
+
+class ToolCall(OpenAIModel):
+    """A tool call an assistant message made earlier in the conversation."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
+def _required_when(role_values: list[str], *names: str, non_null: bool = True) -> dict:
+    """JSON Schema: messages of these roles must have these fields (not null)."""
+    then: dict = {"required": list(names)}
+    if non_null:
+        then["properties"] = {name: {"not": {"type": "null"}} for name in names}
+    return {"if": {"properties": {"role": {"enum": role_values}}}, "then": then}
+
+
+# What conversation.py checks, in the schema too, so clients and fuzzers see the rules.
+_MESSAGE_RULES = {
+    "allOf": [
+        _required_when(["system", "developer", "user", "tool"], "content"),
+        _required_when(["tool"], "tool_call_id"),
+        {
+            "if": {"properties": {"role": {"enum": ["assistant"]}}},
+            "then": {"anyOf": [
+                {"required": ["content"], "properties": {"content": {"not": {"type": "null"}}}},
+                {"required": ["tool_calls"], "properties": {"tool_calls": {"minItems": 1}}},
+            ]},
+            "else": {"properties": {"tool_calls": {"type": "null"}}},
+        },
+    ]
+}  # fmt: skip
+
+
 class ChatMessage(OpenAIModel):
-    role: str
+    """One message; conversation.py checks its role's rules (written in the schema too)."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra=_MESSAGE_RULES)
+
+    role: str = documented(..., enum=["system", "developer", "user", "assistant", "tool"])
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None  # an assistant's earlier calls
+    tool_call_id: str | None = None  # a tool message: the call it answers
+
+
+class ChatTemplateFields(OpenAIModel):
+    """vLLM's fields for rendering the conversation (chat and /tokenize)."""
+
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={  # continuing the last message opens no new one
+            "if": {"properties": {"continue_final_message": {"const": True}},
+                   "required": ["continue_final_message"]},
+            "then": {"properties": {"add_generation_prompt": {"const": False}},
+                     "required": ["add_generation_prompt"]},
+        },
+    )  # fmt: skip
+
+    add_generation_prompt: bool = True  # end with the assistant's turn opened
+    # the last (assistant) message is left open, for the model to continue it
+    continue_final_message: bool = False
+    # a Jinja template instead of the model's (the server needs --trust-request-chat-template)
+    chat_template: str | None = None
+    chat_template_kwargs: dict | None = documented(  # more variables for the template
+        propertyNames={"not": {"enum": sorted(RESERVED_TEMPLATE_NAMES)}}
+    )
 
 
 class ResponseFormat(OpenAIModel):
     type: str = documented(..., enum=["text"])  # no guided decoding yet
 
 
-class ChatCompletionRequest(SamplingFields):
+class ChatCompletionRequest(ChatTemplateFields, SamplingFields):
     model_config = ConfigDict(extra="allow")  # checked by request_fields.refuse_unsupported
 
     messages: list[ChatMessage] = Field(min_length=1)
@@ -110,7 +178,6 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[dict] | None = documented(maxItems=0)  # not supported yet
     tool_choice: str | dict | None = None
     response_format: ResponseFormat | None = None  # only {"type": "text"}
-    add_generation_prompt: bool = True  # vLLM's extra
 
 
 class TokenizeCompletionRequest(OpenAIModel):
@@ -119,10 +186,9 @@ class TokenizeCompletionRequest(OpenAIModel):
     add_special_tokens: bool = True
 
 
-class TokenizeChatRequest(OpenAIModel):
+class TokenizeChatRequest(ChatTemplateFields):
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
-    add_generation_prompt: bool = True
 
 
 class DetokenizeRequest(OpenAIModel):

@@ -1,7 +1,7 @@
 """Every request field of OpenAI's API and of vLLM's extensions: honoured, or refused.
 
 A field a server drops while answering 200 is a silent wrong answer: a `guided_json` the
-output does not follow, a `chat_template` not used. So
+output does not follow, `functions` never offered to the model. So
 each field of the two APIs is either declared by the request models in protocol.py (and
 applied by the engine) or listed here with the values that leave it unused — a client
 that sends the default is served — and what to do instead; any other value is a 400 that
@@ -85,15 +85,10 @@ CHAT = SHARED | {
     # vLLM's
     "best_of": Refused("vLLM", "best_of is not supported for chat: use n", (None, 1)),
     "echo": Refused("vLLM", "echoing the last message is not supported", (None, False)),
-    "continue_final_message": Refused(
-        "vLLM", "continuing the last message is not supported yet", (None, False)
-    ),
     "add_special_tokens": Refused(
         "vLLM", "the chat template adds the special tokens: leave it out", (None, False)
     ),
     "documents": Refused("vLLM", "put the documents in the messages"),
-    "chat_template": Refused("vLLM", "the model's own chat template is used: leave it out"),
-    "chat_template_kwargs": Refused("vLLM", "the chat template takes no arguments", (None, {})),
     "structural_tag": Refused("vLLM", _GUIDED),
 }
 

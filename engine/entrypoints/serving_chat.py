@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from pagoda.engine.entrypoints.admission import Ticket
+from pagoda.engine.entrypoints.conversation import conversation_tokens
 from pagoda.engine.entrypoints.errors import APIError
 from pagoda.engine.entrypoints.logprobs import TokenTexts, chat_logprobs, vllm_prompt_logprobs
 from pagoda.engine.entrypoints.prompt_tokens import check_truncation, truncated
@@ -17,7 +18,6 @@ from pagoda.engine.entrypoints.protocol import (
     ChatCompletionChunk,
     ChatCompletionRequest,
     ChatCompletionResponse,
-    ChatMessage,
     ChatResponseMessage,
     DeltaMessage,
     UsageInfo,
@@ -36,7 +36,6 @@ from pagoda.engine.entrypoints.streaming import (
 from pagoda.engine.frontend.async_llm import AsyncLLM
 from pagoda.engine.outputs import CompletionOutput
 from pagoda.engine.processing.input_processor import PreparedRequest
-from pagoda.engine.processing.tokenizer import apply_chat_template
 
 
 @dataclass
@@ -71,7 +70,7 @@ async def create_chat_completion(
     ticket = state.admission.acquire(max(1, params.n))
     with released_on_error(ticket):
         token_ids = truncated(
-            conversation_tokens(engine, body.messages, body.add_generation_prompt),
+            conversation_tokens(engine.tokenizer, body.messages, body, state.settings),
             body.truncate_prompt_tokens,
             engine.config.max_model_len,
         )
@@ -124,25 +123,6 @@ def _check_chat_fields(body: ChatCompletionRequest) -> int | None:
     if not body.logprobs:
         return None
     return body.top_logprobs or 0
-
-
-def conversation_tokens(
-    engine: AsyncLLM, messages: list[ChatMessage], add_generation_prompt: bool
-) -> list[int]:
-    """Messages (text content only) rendered by the model's chat template."""
-    conversation = []
-    for i, message in enumerate(messages):
-        content = message.content
-        if isinstance(content, list):
-            if any(part.type != "text" or part.text is None for part in content):
-                raise APIError(
-                    400,
-                    "only text content parts ({'type': 'text', 'text': ...}) are supported",
-                    param=f"messages.{i}.content",
-                )
-            content = "".join(part.text for part in content)
-        conversation.append({"role": message.role, "content": content or ""})
-    return apply_chat_template(engine.tokenizer, conversation, add_generation_prompt)
 
 
 async def _complete(job: _Job) -> ChatCompletionResponse:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pagoda.engine.entrypoints.errors import APIError, bad_request
+from pagoda.engine.entrypoints.conversation import conversation_tokens
+from pagoda.engine.entrypoints.errors import APIError
 from pagoda.engine.entrypoints.protocol import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -10,7 +11,6 @@ from pagoda.engine.entrypoints.protocol import (
     TokenizeCompletionRequest,
     TokenizeResponse,
 )
-from pagoda.engine.entrypoints.serving_chat import conversation_tokens
 from pagoda.engine.entrypoints.state import ServerState
 
 
@@ -20,10 +20,7 @@ def tokenize(
     engine = state.require_engine()
     state.check_model(body.model)
     if isinstance(body, TokenizeChatRequest):
-        try:
-            tokens = conversation_tokens(engine, body.messages, body.add_generation_prompt)
-        except ValueError as exc:
-            raise bad_request(exc) from None
+        tokens = conversation_tokens(engine.tokenizer, body.messages, body, state.settings)
     else:
         tokens = engine.tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
     return TokenizeResponse(

@@ -32,6 +32,8 @@ class ServerSettings:
     max_model_len: int
     lora_modules: list[LoRAModule] = field(default_factory=list)
     runtime_lora_updating: bool = False
+    chat_template: str | None = None  # --chat-template's text; None: the model's own
+    trust_request_chat_template: bool = False
 
     @property
     def model_name(self) -> str:
@@ -58,6 +60,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_engine_flags(parser)
     _add_lora_serving_arguments(parser.add_argument_group("LoRA adapters over HTTP"))
+    _add_chat_arguments(parser.add_argument_group("chat"))
     _add_server_arguments(parser.add_argument_group("server"))
 
 
@@ -77,6 +80,50 @@ def _add_lora_serving_arguments(group) -> None:
         help="allow POST /v1/load_lora_adapter and /v1/unload_lora_adapter (off by default; "
         "behind --api-key like every /v1 endpoint)",
     )
+
+
+def _add_chat_arguments(group) -> None:
+    group.add_argument(
+        "--chat-template",
+        default=None,
+        metavar="FILE_OR_TEMPLATE",
+        help="a Jinja chat template (a file, or the template itself) instead of the "
+        "tokenizer's own, for /v1/chat/completions and /tokenize",
+    )
+    group.add_argument(
+        "--trust-request-chat-template",
+        action="store_true",
+        help="let requests bring their own chat_template (refused by default: a template "
+        "is code the server runs, if sandboxed)",
+    )
+
+
+def chat_template(value: str | None) -> str | None:
+    """--chat-template's template text: a readable file's, or the value itself when it is
+    a template; ValueError otherwise, or when Jinja cannot compile it."""
+    if value is None:
+        return None
+    path = os.path.expanduser(value)
+    if os.path.isfile(path):
+        try:
+            with open(path, encoding="utf-8") as file:
+                text = file.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"--chat-template: cannot read {value}: {exc}") from exc
+    elif "{{" in value or "{%" in value:
+        text = value
+    else:
+        raise ValueError(
+            f"--chat-template {value!r} is neither a file nor a Jinja template: give the "
+            "template's path or its text"
+        )
+    import jinja2  # transformers renders templates with Jinja (loaded only when asked)
+
+    try:
+        jinja2.Environment().parse(text)
+    except jinja2.TemplateSyntaxError as exc:
+        raise ValueError(f"--chat-template does not compile: {exc} (line {exc.lineno})") from exc
+    return text
 
 
 def _add_server_arguments(group) -> None:
@@ -198,4 +245,6 @@ def server_settings(args: argparse.Namespace, max_model_len: int) -> ServerSetti
         max_model_len=max_model_len,
         lora_modules=modules,
         runtime_lora_updating=args.enable_runtime_lora_updating,
+        chat_template=chat_template(args.chat_template),
+        trust_request_chat_template=args.trust_request_chat_template,
     )

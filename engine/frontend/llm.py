@@ -72,13 +72,22 @@ class LLM:
         chat_template: str | None = None,
         add_generation_prompt: bool = True,
         lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None,
+        continue_final_message: bool = False,
+        chat_template_kwargs: dict | None = None,
     ) -> list[RequestOutput]:
-        """Generate replies to one conversation or a list of them (the model's template)."""
+        """Generate replies to one conversation or a list of them (the model's template,
+        or `chat_template`; `chat_template_kwargs` are more variables for it;
+        `continue_final_message` leaves the last, assistant's message open)."""
         conversations = messages if messages and isinstance(messages[0], list) else [messages]
         prompts = [
             {
                 "prompt_token_ids": apply_chat_template(
-                    self.get_tokenizer(), conversation, add_generation_prompt, chat_template
+                    self.get_tokenizer(),
+                    conversation,
+                    add_generation_prompt,
+                    chat_template,
+                    continue_final_message,
+                    chat_template_kwargs,
                 )
             }
             for conversation in conversations

@@ -138,7 +138,7 @@ def test_the_offending_field_is_named(http):
     error = http.post(CMPL, json=cmpl(temperature=-2)).json()["error"]
     assert error["param"] == "temperature" and error["type"] == "invalid_request_error"
     error = http.post(CHAT, json=chat(messages=[{"content": 1}])).json()["error"]
-    assert error["param"].startswith("messages.0")
+    assert error["param"].startswith("messages[0]")
 
 
 def test_wrong_method_is_a_405_with_openai_error_json(http):

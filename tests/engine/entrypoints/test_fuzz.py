@@ -37,6 +37,6 @@ def test_no_generated_request_gets_a_server_error(start_server, tmp_path):
         command, capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=600
     )
     assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-2000:]
-    assert "No issues found" in result.stdout
+    assert "No issues found" in result.stdout, result.stdout[-6000:]
     assert server.process.poll() is None  # and the server is still up
     server.wait_idle()

@@ -27,6 +27,8 @@ REFUSED = [
     (["--max-model-len", "999999"], "max_model_len"),
     (["--port", "70000"], "--port"),
     (["--max-waiting-requests", "-1"], "--max-waiting-requests"),
+    (["--chat-template", "/no/such/template.jinja"], "neither a file nor a Jinja template"),
+    (["--chat-template", "{% for m in messages %}{{ m.content }}"], "does not compile"),
 ]
 
 
