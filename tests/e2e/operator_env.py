@@ -79,6 +79,8 @@ class Operator:
 
 
 def install(cluster: Cluster, api, backer: PodBacker, state_dir: Path) -> Operator:
+    global _pod_logs
+    _pod_logs = backer.log_dir
     operator = install_chart(cluster, api, state_dir)
     backer.register(Backend(OPERATOR_LABELS, operator_argv(client.AppsV1Api(api))))
     engine = [sys.executable, str(ENGINE_STUB), "--host={pod_ip}", "--port={port}"]
@@ -207,7 +209,35 @@ def wait_ready(api, namespace: str, name: str, generation: int = 1, timeout_s: f
         ok = current and fresh and condition(resource, "Ready").get("status") == "True"
         return ok and not _progressing(resource) and resource
 
-    return wait_for(ready, f"InferenceService {name} Ready (generation {generation})", timeout_s)
+    what = f"InferenceService {name} Ready (generation {generation})"
+    try:
+        return wait_for(ready, what, timeout_s)
+    except TimeoutError as exc:
+        raise TimeoutError(f"{exc}\n{where_it_stands(api, namespace, name)}") from exc
+
+
+_pod_logs: Path | None = None  # the backer's log folder, once install() ran
+
+
+def where_it_stands(api, namespace: str, name: str) -> str:
+    """What a timed-out wait on an InferenceService reports: its conditions, its and the
+    operator's pods, and the last lines each backed pod logged."""
+    core = client.CoreV1Api(api)
+    resource = get(api, namespace, name)
+    lines = [f"status of {name}:"]
+    for c in (resource.get("status") or {}).get("conditions") or []:
+        lines.append(f"  {c['type']}={c['status']} {c.get('reason', '')}: {c.get('message', '')}")
+    pods = core.list_namespaced_pod(namespace).items
+    pods += core.list_namespaced_pod(SYSTEM_NAMESPACE).items
+    lines.append("pods:")
+    lines += [f"  {podstatus.describe(pod)}" for pod in pods]
+    for pod in pods:
+        log = _pod_logs and _pod_logs / f"{pod.metadata.namespace}_{pod.metadata.name}.log"
+        if log and log.exists():
+            tail = log.read_text(errors="replace").splitlines()[-8:]
+            lines.append(f"log of {pod.metadata.name}:")
+            lines += [f"  {line[-300:]}" for line in tail]
+    return "\n".join(lines)
 
 
 def _progressing(resource: dict) -> bool:

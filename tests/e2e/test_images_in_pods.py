@@ -49,7 +49,20 @@ def built() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def runtime() -> Podman:
+def runtime(built) -> Podman:
+    """The runtime, once one container of the operator image runs here with the limits
+    and flags the pods use: where containers cannot run, this says why at once, instead
+    of every pod timing out."""
+    flags = ["--rm", "--network=host", "--pull=never", "--read-only", "--read-only-tmpfs=false",
+             "--memory=256m", "--cpus=0.5", "--user=10001:10001",
+             "--entrypoint=python"]  # fmt: skip
+    try:
+        result = podman("run", *flags, built["operator"], "-c", "print('ok')", check=False)
+    except RuntimeError as exc:  # podman did not answer
+        pytest.fail(f"containers cannot run here: {exc}")
+    if result.returncode != 0 or result.stdout.strip() != "ok":
+        pytest.fail(f"containers cannot run here (podman run exited {result.returncode}): "
+                    f"{result.stderr.strip()[-2000:]}")  # fmt: skip
     return Podman()
 
 
