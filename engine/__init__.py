@@ -10,7 +10,7 @@ from pagoda.engine.frontend.async_llm import AsyncLLM, EngineDeadError
 from pagoda.engine.frontend.llm import LLM
 from pagoda.engine.lora_request import LoRARequest
 from pagoda.engine.outputs import CompletionOutput, RequestOutput
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling_params import SamplingParams, StructuredOutputsParams
 
 __all__ = [
     "LLM",
@@ -21,4 +21,5 @@ __all__ = [
     "LoRARequest",
     "RequestOutput",
     "SamplingParams",
+    "StructuredOutputsParams",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json as _json
 import math
 from dataclasses import dataclass, field, replace
 
@@ -11,6 +12,39 @@ MAX_LOGPROBS = 20
 # Seeds and top_k become int64 tensors and torch generators: keep them in int64's range.
 MIN_INT64, MAX_INT64 = -(2**63), 2**63 - 1
 OUTPUT_KINDS = ("cumulative", "delta", "final_only")
+
+
+@dataclass
+class StructuredOutputsParams:
+    """What the output must be, exactly one of: text matching a JSON schema (`json`), any
+    JSON object (`json_object`), text matching a regular expression (`regex`), one of a
+    few strings (`choice`) or text of an EBNF grammar (`grammar`), as in vLLM's
+    StructuredOutputsParams. The engine masks every token that would leave the language
+    (engine/structured_output/), so the output ends inside it unless max_tokens or a stop
+    string cuts it first."""
+
+    json: str | None = None  # the JSON schema as JSON text (a dict is serialised)
+    json_object: bool = False
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None  # EBNF as xgrammar (and vLLM with it) reads it: root ::= ...
+    # JSON whose only whitespace is json.dumps' separators ", " and ": " (else any
+    # whitespace JSON allows between tokens, as in vLLM)
+    disable_any_whitespace: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.json, dict):
+            self.json = _json.dumps(self.json)
+        if self.choice is not None:
+            self.choice = list(self.choice)
+
+    @property
+    def kinds(self) -> list[str]:
+        """The constraints set (exactly one is valid)."""
+        set_ = {"json": self.json is not None, "json_object": self.json_object,
+                "regex": self.regex is not None, "choice": self.choice is not None,
+                "grammar": self.grammar is not None}  # fmt: skip
+        return [name for name, is_set in set_.items() if is_set]
 
 
 @dataclass
@@ -47,6 +81,8 @@ class SamplingParams:
     # logprobs of every prompt token after the first (each with this many alternatives);
     # the request then reads no prefix from the cache, so that every position is computed
     prompt_logprobs: int | None = None
+    # the output follows a JSON schema, a regex, a choice or a grammar (None: free text)
+    structured_outputs: StructuredOutputsParams | None = None
     skip_special_tokens: bool = True
     # What each streamed RequestOutput holds: everything so far, only what is new, or
     # nothing until the request finishes.
@@ -102,6 +138,7 @@ class SamplingParams:
         self._validate_stops(vocab_size)
         self._validate_vocabulary(vocab_size)
         self._validate_logprobs()
+        self._validate_structured_outputs()
 
     def _validate_lengths(self) -> None:
         if self.max_tokens is not None:
@@ -163,6 +200,33 @@ class SamplingParams:
         for word in self.bad_words:
             _check(isinstance(word, str) and word.strip() != "", "bad_words", word,
                    "non-empty strings")  # fmt: skip
+
+    def _validate_structured_outputs(self) -> None:
+        """The constraint's shape; whether its schema, regex or grammar compiles is
+        engine/structured_output's check (it needs the grammar engine)."""
+        spec = self.structured_outputs
+        if spec is None:
+            return
+        kinds = spec.kinds
+        if len(kinds) != 1:
+            raise ValueError(
+                "invalid structured_outputs: set exactly one of json, json_object, regex, "
+                f"choice or grammar (got {', '.join(kinds) or 'none'})"
+            )
+        if spec.choice is not None:
+            _check(len(spec.choice) > 0 and all(isinstance(c, str) and c for c in spec.choice),
+                   "structured_outputs.choice", spec.choice, "a non-empty list of non-empty "
+                   "strings")  # fmt: skip
+        if self.ignore_eos:
+            raise ValueError(
+                "invalid ignore_eos=True: structured outputs end where the grammar ends; "
+                "leave ignore_eos out"
+            )
+        if self.min_tokens:
+            raise ValueError(
+                f"invalid min_tokens={self.min_tokens}: structured outputs end where the "
+                "grammar ends, which min_tokens could forbid; leave min_tokens out"
+            )
 
     def _validate_logprobs(self) -> None:
         if self.logprobs is not None:

@@ -33,6 +33,37 @@ class StreamOptions(OpenAIModel):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(OpenAIModel):
+    """response_format's json_schema: the schema the output must match."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    name: str = documented(..., pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    json_schema: dict | bool = Field(True, alias="schema")  # true: any JSON value
+    strict: bool | None = None  # every output matches the schema whatever this says
+
+
+class ResponseFormat(OpenAIModel):
+    """OpenAI's response_format: free text, some JSON object, or JSON of a schema."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None  # required with type json_schema
+
+
+class StructuredOutputsFields(OpenAIModel):
+    """vLLM's structured_outputs: exactly one of json, json_object, regex, choice, grammar."""
+
+    model_config = ConfigDict(extra="forbid")  # vLLM's other options are not served
+
+    json_: dict | bool | str | None = Field(None, alias="json")
+    json_object: bool | None = None
+    regex: str | None = None
+    choice: list[str] | None = documented(minItems=1)
+    grammar: str | None = None  # EBNF: root ::= ...
+    disable_any_whitespace: bool = False  # JSON spaced only as ", " and ": "
+
+
 class SamplingFields(OpenAIModel):
     """What completions and chat share: OpenAI's sampling fields plus vLLM's extras."""
 
@@ -69,6 +100,13 @@ class SamplingFields(OpenAIModel):
     truncate_prompt_tokens: int | None = documented(minimum=-1, **{"not": {"const": 0}})
     # each prompt token's logprob (and this many alternatives), in `prompt_logprobs`
     prompt_logprobs: int | None = documented(minimum=0, maximum=MAX_LOGPROBS)
+    # structured outputs: at most one of these (engine/structured_output/)
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputsFields | None = None
+    guided_json: dict | bool | str | None = None  # vLLM's older names of structured_outputs
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = documented(minItems=1)
+    guided_grammar: str | None = None
 
 
 class CompletionRequest(SamplingFields):
@@ -162,10 +200,6 @@ class ChatTemplateFields(OpenAIModel):
     )
 
 
-class ResponseFormat(OpenAIModel):
-    type: str = documented(..., enum=["text"])  # no guided decoding yet
-
-
 class ChatCompletionRequest(ChatTemplateFields, SamplingFields):
     model_config = ConfigDict(extra="allow")  # checked by request_fields.refuse_unsupported
 
@@ -177,7 +211,6 @@ class ChatCompletionRequest(ChatTemplateFields, SamplingFields):
     top_logprobs: int | None = documented(minimum=0, maximum=MAX_LOGPROBS)
     tools: list[dict] | None = documented(maxItems=0)  # not supported yet
     tool_choice: str | dict | None = None
-    response_format: ResponseFormat | None = None  # only {"type": "text"}
 
 
 class TokenizeCompletionRequest(OpenAIModel):

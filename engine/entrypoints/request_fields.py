@@ -31,7 +31,7 @@ class Refused:
         return not any(value == unused and type(value) is type(unused) for unused in self.unused)
 
 
-_GUIDED = "structured outputs are not supported yet: leave it out and validate the output"
+_GRAMMAR_ENGINE = "xgrammar is the grammar engine here: leave it out"
 _TOOLS = "tool calling is not supported yet: leave it out"
 
 # Fields of both endpoints that no request model declares.
@@ -45,13 +45,12 @@ SHARED = {
     "spaces_between_special_tokens": Refused(
         "vLLM", "special tokens are always joined with spaces: leave it out", (None, True)
     ),
-    "guided_json": Refused("vLLM", _GUIDED),
-    "guided_regex": Refused("vLLM", _GUIDED),
-    "guided_choice": Refused("vLLM", _GUIDED),
-    "guided_grammar": Refused("vLLM", _GUIDED),
-    "guided_decoding_backend": Refused("vLLM", _GUIDED),
-    "guided_whitespace_pattern": Refused("vLLM", _GUIDED),
-    "structured_outputs": Refused("vLLM", _GUIDED),
+    "guided_decoding_backend": Refused("vLLM", _GRAMMAR_ENGINE, (None, "auto", "xgrammar")),
+    "guided_whitespace_pattern": Refused(
+        "vLLM",
+        "only JSON's own whitespace is served: leave it out, or set "
+        "structured_outputs.disable_any_whitespace",
+    ),
     "request_id": Refused("vLLM", "the server names each request: leave it out"),
     "logits_processors": Refused("vLLM", "custom logits processors are not supported"),
     "return_tokens_as_token_ids": Refused(
@@ -65,7 +64,6 @@ SHARED = {
 
 COMPLETION = SHARED | {
     "prompt_embeds": Refused("vLLM", "send the prompt as text or token ids"),
-    "response_format": Refused("vLLM", _GUIDED, (None, {"type": "text"})),
 }
 
 CHAT = SHARED | {
@@ -89,7 +87,9 @@ CHAT = SHARED | {
         "vLLM", "the chat template adds the special tokens: leave it out", (None, False)
     ),
     "documents": Refused("vLLM", "put the documents in the messages"),
-    "structural_tag": Refused("vLLM", _GUIDED),
+    "structural_tag": Refused(
+        "vLLM", "structural tags are not supported: use structured_outputs or response_format"
+    ),
 }
 
 # Chat fields that no value of changes what this server does: accepted, and why.

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 from pagoda.engine.entrypoints.errors import APIError
 from pagoda.engine.entrypoints.protocol import CompletionRequest, SamplingFields
 from pagoda.engine.entrypoints.request_fields import CHAT, COMPLETION, refuse_unsupported
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling_params import SamplingParams, StructuredOutputsParams
+from pagoda.engine.structured_output.grammar import GrammarError, check
 
 
 def sampling_params(
@@ -36,6 +39,7 @@ def sampling_params(
         prompt_logprobs=prompt_logprobs,
         allowed_token_ids=body.allowed_token_ids,
         bad_words=body.bad_words or [],
+        structured_outputs=structured_outputs(body),
         skip_special_tokens=body.skip_special_tokens,
         # Streams want only what is new; whole responses only the end.
         output_kind="delta" if body.stream else "final_only",
@@ -54,3 +58,65 @@ def check_common(body: SamplingFields) -> None:
 
 def include_usage(body: SamplingFields) -> bool:
     return body.stream_options is not None and body.stream_options.include_usage
+
+
+def structured_outputs(body: SamplingFields) -> StructuredOutputsParams | None:
+    """The output's constraint from whichever field the client used (at most one of
+    them), checked by the grammar engine: a 400 with its compiler's message and the field."""
+    asked = _constraints(body)
+    if len(asked) > 1:
+        raise APIError(
+            400,
+            f"{' and '.join(asked)} both constrain the output: send only one of them",
+            param=list(asked)[1],
+        )
+    if not asked:
+        return None
+    ((param, spec),) = asked.items()
+    try:
+        spec = StructuredOutputsParams(**spec)
+    except TypeError as exc:  # a JSON schema that is neither an object nor a boolean
+        raise APIError(400, f"invalid {param}: {exc}", param=param) from None
+    if len(spec.kinds) != 1:
+        raise APIError(
+            400,
+            f"{param} must set exactly one of json, json_object, regex, choice or grammar",
+            param=param,
+        )
+    try:
+        check(spec)
+    except GrammarError as exc:
+        raise APIError(400, f"invalid {param}: {exc.reason}", param=param) from None
+    return spec
+
+
+def _constraints(body: SamplingFields) -> dict[str, dict]:
+    """{the field the client sent: StructuredOutputsParams' arguments} for each constraint."""
+    asked = {}
+    response_format = body.response_format
+    if response_format is not None and response_format.type == "json_object":
+        asked["response_format"] = {"json_object": True}
+    elif response_format is not None and response_format.type == "json_schema":
+        if response_format.json_schema is None:
+            raise APIError(
+                400,
+                "response_format of type json_schema needs json_schema: {name, schema}",
+                param="response_format.json_schema",
+            )
+        asked["response_format"] = {"json": _schema_text(response_format.json_schema.json_schema)}
+    if (fields := body.structured_outputs) is not None:
+        spec = fields.model_dump(exclude_none=True, by_alias=True)
+        if "json" in spec:
+            spec["json"] = _schema_text(spec["json"])
+        asked["structured_outputs"] = spec
+    for name, key in (("guided_json", "json"), ("guided_regex", "regex"),
+                      ("guided_choice", "choice"), ("guided_grammar", "grammar")):  # fmt: skip
+        value = getattr(body, name)
+        if value is not None:
+            asked[name] = {key: _schema_text(value) if key == "json" else value}
+    return asked
+
+
+def _schema_text(schema) -> str:
+    """A JSON schema as its JSON text (a client may send the text itself)."""
+    return schema if isinstance(schema, str) else json.dumps(schema)

@@ -106,12 +106,6 @@ def _check_chat_fields(body: ChatCompletionRequest) -> int | None:
         raise APIError(400, "tools are not supported yet: leave them out", param="tools")
     if body.tool_choice not in (None, "none", "auto"):
         raise APIError(400, "tool_choice is not supported yet", param="tool_choice")
-    if body.response_format is not None and body.response_format.type != "text":
-        raise APIError(
-            400,
-            f"response_format {body.response_format.type!r} is not supported yet: only 'text'",
-            param="response_format",
-        )
     if body.prompt_logprobs is not None and body.stream:
         raise APIError(
             400,

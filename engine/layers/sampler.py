@@ -1,9 +1,10 @@
 """From logits to the next token of every request in the batch.
 
-Order as in vLLM: allowed_token_ids, min_tokens and bad-words masks, penalties, (greedy
-argmax here), temperature, min_p, top_k/top_p, then sampling by the exponential race
-argmax(p / q) with q ~ Exp(1), which lets each seeded request draw its q from its own
-generator: a seeded request samples the same tokens whatever else is in the batch.
+Order as in vLLM: the grammar's bitmask (structured outputs), allowed_token_ids,
+min_tokens and bad-words masks, penalties, (greedy argmax here), temperature, min_p,
+top_k/top_p, then sampling by the exponential race argmax(p / q) with q ~ Exp(1), which
+lets each seeded request draw its q from its own generator: a seeded request samples the
+same tokens whatever else is in the batch.
 Logprobs are of the raw model distribution.
 
 Everything stays on the device: `SampledOnHost` queues the copy of a step's results to the
@@ -15,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+import xgrammar
 
 from pagoda.engine.messages import Logprobs
 
@@ -36,6 +38,9 @@ class SamplingBatch:
     # (row, the only token ids it may sample: allowed_token_ids)
     allowed: list[tuple[int, list[int]]] = field(default_factory=list)
     num_logprobs: list[int | None] = field(default_factory=list)
+    # (rows, [len(rows), ceil(vocab / 32)] int32 bitmask on the device): the tokens each
+    # constrained row may sample next (structured outputs); set after the forward is queued
+    grammar: tuple[list[int], torch.Tensor] | None = None
 
 
 @dataclass
@@ -149,8 +154,11 @@ class Sampler:
         return SamplerOutput(token_ids, logprobs)
 
     def _process(self, logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
-        if batch.banned or batch.allowed or batch.penalties is not None:
+        if batch.banned or batch.allowed or batch.penalties is not None or batch.grammar:
             logits = logits.clone()
+        if batch.grammar is not None:
+            rows, bitmask = batch.grammar
+            xgrammar.apply_token_bitmask_inplace(logits, bitmask, indices=rows)
         for row, token_ids in batch.allowed:
             ids = host_to_device(token_ids, torch.int64, logits.device)
             kept = logits[row, ids]

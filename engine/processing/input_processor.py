@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.messages import EngineCoreRequest
 from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.structured_output import grammar
 
 Prompt = str | list[int] | dict
 
@@ -120,6 +121,8 @@ class InputProcessor:
         if not isinstance(request_id, str) or not request_id:
             raise ValueError("request_id must be a non-empty string")
         params.validate(self.vocab_size)
+        if params.structured_outputs is not None:
+            grammar.check(params.structured_outputs)  # GrammarError: the compiler's message
         params.bad_words_token_ids = bad_words_token_ids(self.tokenizer, params.bad_words)
         max_total = self._max_total_tokens(len(prompt.token_ids), params)
         if params.n == 1:

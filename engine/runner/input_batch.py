@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,6 +35,9 @@ class RequestState:
     # prompt tokens whose logprobs were reported (prompt_logprobs), counting the first,
     # which has none: a chunk computed again after a preemption is not reported twice
     num_prompt_scored: int = 1
+    # structured outputs: the grammar matcher (the driver's) and the output tokens it saw
+    matcher: Any = None
+    num_matched: int = 0
 
     @property
     def num_output_tokens(self) -> int:
@@ -73,14 +77,15 @@ def apply_scheduled(
 
 def needs_token_history(state: RequestState) -> bool:
     """Whether sampling for this request reads its token values (not just their count):
-    penalties do, so a pending token must reach the host first."""
+    penalties and grammars do, so a pending token must reach the host first."""
     params = state.params
     uses_penalties = (
         params.repetition_penalty != 1 or params.presence_penalty or params.frequency_penalty
     )
     # a bad word of several tokens is banned only after its first ones
     reads_words = any(len(word) > 1 for word in params.bad_words_token_ids)
-    return bool((uses_penalties or reads_words) and state.num_pending)
+    follows_grammar = params.structured_outputs is not None
+    return bool((uses_penalties or reads_words or follows_grammar) and state.num_pending)
 
 
 @dataclass

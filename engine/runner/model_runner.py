@@ -30,11 +30,12 @@ from pagoda.engine.distributed.parallel import (
     rank_device,
 )
 from pagoda.engine.kernels.plan import KernelPlan
-from pagoda.engine.layers.sampler import Sampler
+from pagoda.engine.layers.sampler import Sampler, to_device
 from pagoda.engine.layers.weight_source import TensorSource
 from pagoda.engine.loader.model import build_model, checkpoint_tensors
 from pagoda.engine.loader.weights import load_named_tensors
 from pagoda.engine.messages import LoRAAdapter, SchedulerOutput
+from pagoda.engine.processing.tokenizer import load_tokenizer  # layering: the grammars' vocabulary
 from pagoda.engine.runner import kv_cache
 from pagoda.engine.runner.buffers import InputBuffers, ModelInputs, PaddedShape
 from pagoda.engine.runner.cuda_graphs import StepGraphs, graph_sizes, ragged_graph_sizes
@@ -54,6 +55,7 @@ from pagoda.engine.runner.prompt_logprobs import (
     score_prompts,
 )
 from pagoda.engine.runner.step_profile import StepProfile
+from pagoda.engine.structured_output.grammar import Grammars
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +88,7 @@ class ModelRunner:
         self.kv_caches: list[torch.Tensor] = []
         self.buffers: InputBuffers | None = None
         self.graphs: StepGraphs | None = None
+        self._grammars: Grammars | None = None  # made for the first structured output
 
     def load_weights(self, named_tensors: Iterable[tuple[str, TensorSource]]) -> None:
         """Copy checkpoint-named tensors into the model (from files, or another model)."""
@@ -235,6 +238,8 @@ class ModelRunner:
         use_graphs = self.graphs is not None and scoring is None
         shape = self.graphs.bucket(batch) if use_graphs else None
         logits, prompt = self._run_model(batch, need_logits, shape, scoring)
+        if sampling is not None:  # the host fills the grammars' masks while the device runs
+            sampling.grammar = self._grammar_mask(batch.sampling_states)
         for request_id, num_tokens in scheduled.num_scheduled_tokens.items():
             self.requests[request_id].num_computed_tokens += num_tokens
         output = PendingOutput(None, prompt)
@@ -245,6 +250,16 @@ class ModelRunner:
             kind = "eager" if shape is None else "decode_graph" if shape.decode else "ragged_graph"
             self.profile.end(span, kind)
         return output
+
+    def _grammar_mask(self, states: list[RequestState]) -> tuple[list[int], torch.Tensor] | None:
+        if all(s.params.structured_outputs is None for s in states):
+            return None
+        if self._grammars is None:
+            tokenizer = load_tokenizer(self.config.tokenizer)
+            model = self.model_config
+            self._grammars = Grammars(tokenizer, model.vocab_size, model.eos_token_ids)
+        mask = self._grammars.mask(states)
+        return mask.rows, to_device(mask.bitmask, self.device)
 
     def _seeded_generator(self, seed: int) -> torch.Generator | None:
         """A request's own sampling generator (only the driver samples)."""

@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("engine_core",),  # the step loop and its clients (a thread, or a process over ZeroMQ)
     ("core", "executor"),  # the pure scheduler; the ranks' runners
     ("runner",),  # every tensor: inputs, CUDA graphs, sampling
+    ("structured_output",),  # grammars over the vocabulary: what each row may sample
     ("loader",),  # checkpoints into a built model
     ("models",),
     ("layers",),
