@@ -102,7 +102,13 @@ CASES = [
     ("suffix", CMPL, cmpl(suffix="end"), 400, "suffix"),
     ("best-of", CMPL, cmpl(best_of=3), 400, "best_of"),
     ("tools", CHAT, chat(tools=[{"type": "function", "function": {"name": "f"}}]), 400, "tools"),
-    ("json-mode", CHAT, chat(response_format={"type": "json_object"}), 400, "response_format"),
+    (
+        "json-schema-missing",
+        CHAT,
+        chat(response_format={"type": "json_schema"}),
+        400,
+        "needs json_schema",
+    ),
     # the other endpoints
     ("detokenize-out-of-vocab", "/detokenize", {"tokens": [1, 99999]}, 400, "out of range"),
     ("detokenize-not-ints", "/detokenize", {"tokens": ["a"]}, 400, "tokens"),

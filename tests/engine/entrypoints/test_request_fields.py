@@ -144,10 +144,10 @@ def test_the_official_client_gets_the_refusal_of_a_vllm_extra(api_server):
     import openai
 
     client = openai.OpenAI(base_url=f"{api_server.url}/v1", api_key=API_KEY)
-    with pytest.raises(openai.BadRequestError, match="guided_json is not supported"):
+    with pytest.raises(openai.BadRequestError, match="guided_whitespace_pattern is not supp"):
         client.chat.completions.create(
             model="tiny",
             messages=[{"role": "user", "content": "hi"}],
             max_tokens=2,
-            extra_body={"guided_json": {"type": "object"}},
+            extra_body={"guided_whitespace_pattern": " "},
         )
