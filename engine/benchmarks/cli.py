@@ -52,6 +52,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=128,
         help="the HF peer runs this scaled-down sample (it is slow)",
     )
+    throughput.add_argument(
+        "--structured-share",
+        type=float,
+        default=0.0,
+        help="also run with this share of the requests (0-1) under a JSON schema, against "
+        "the same requests unconstrained at the lengths they generated",
+    )
     throughput.set_defaults(handler=_throughput)
 
     latency = workloads.add_parser("latency", help="batch-1 decode and time to first token")
@@ -331,6 +338,8 @@ def _throughput(args: argparse.Namespace) -> int:
     from pagoda.engine.benchmarks import results, workloads
     from pagoda.engine.benchmarks.model import random_prompts
 
+    if not 0 <= args.structured_share <= 1:
+        raise ValueError(f"--structured-share must be in [0, 1], got {args.structured_share}")
     run = _Run(args)
     prompts = random_prompts(args.num_prompts, args.input_len, run.vocab_size, seed=1)
     figures = {}
@@ -352,6 +361,12 @@ def _throughput(args: argparse.Namespace) -> int:
                 lora["output_tokens_per_s"] / figures["pagoda"]["output_tokens_per_s"]
             )
             figures["pagoda-lora"] = lora
+        if args.structured_share:
+            from pagoda.engine.benchmarks.structured import pagoda_structured_throughput
+
+            figures["pagoda-structured"] = pagoda_structured_throughput(
+                llm, prompts, args.output_len, args.structured_share
+            )
     results.write("throughput", args, figures, ceiling={"output_tokens_per_s": 21000})
     return 0
 

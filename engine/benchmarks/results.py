@@ -45,6 +45,8 @@ def write(workload: str, args: argparse.Namespace, figures: dict, ceiling: dict)
         suffix += f"-lora{args.num_loras}"
     if getattr(args, "quantization", None):
         suffix += f"-{args.quantization}-weights"
+    if getattr(args, "structured_share", 0):
+        suffix += "-structured"
     path = args.out / f"{date.today()}-{machine}-{workload}{suffix}.json"
     path.write_text(json.dumps(record, indent=2) + "\n")
     _print_table(workload, figures, record["ratios"])

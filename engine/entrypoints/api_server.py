@@ -109,15 +109,27 @@ def _name_models_in_schema(app: FastAPI, names: list[str], state: ServerState) -
                 model = properties.get("model")
                 if model is not None and "anyOf" in model:  # requests' optional `model`
                     model["anyOf"] = [{"type": "string", "enum": names}, {"type": "null"}]
-                allowed = properties.get("allowed_token_ids")
-                if allowed is not None and vocab_size:
-                    allowed["items"]["maximum"] = vocab_size - 1
+                if vocab_size:
+                    for token_ids in _token_id_lists(properties):
+                        token_ids["items"]["maximum"] = vocab_size - 1
                 template = properties.get("chat_template")
                 if template is not None and not state.settings.trust_request_chat_template:
                     properties["chat_template"] = {"type": "null", "title": template.get("title")}
         return app.openapi_schema
 
     app.openapi = openapi
+
+
+def _token_id_lists(properties: dict) -> list[dict]:
+    """The schemas of the token-id lists among a request's properties."""
+    lists = [properties["allowed_token_ids"]] if "allowed_token_ids" in properties else []
+    for prompt in properties.get("prompt", {}).get("anyOf", []):
+        items = prompt.get("items", {})
+        if items.get("type") == "integer":
+            lists.append(prompt)
+        elif items.get("items", {}).get("type") == "integer":
+            lists.append(items)
+    return lists
 
 
 def _openai_router(state: ServerState) -> APIRouter:

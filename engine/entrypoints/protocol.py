@@ -59,7 +59,7 @@ class StructuredOutputsFields(OpenAIModel):
     json_: dict | bool | str | None = Field(None, alias="json")
     json_object: bool | None = None
     regex: str | None = None
-    choice: list[str] | None = documented(minItems=1)
+    choice: list[str] | None = documented(minItems=1, items={"type": "string", "minLength": 1})
     grammar: str | None = None  # EBNF: root ::= ...
     disable_any_whitespace: bool = False  # JSON spaced only as ", " and ": "
 
@@ -105,14 +105,26 @@ class SamplingFields(OpenAIModel):
     structured_outputs: StructuredOutputsFields | None = None
     guided_json: dict | bool | str | None = None  # vLLM's older names of structured_outputs
     guided_regex: str | None = None
-    guided_choice: list[str] | None = documented(minItems=1)
+    guided_choice: list[str] | None = documented(
+        minItems=1, items={"type": "string", "minLength": 1}
+    )
     guided_grammar: str | None = None
+
+
+_TOKEN_IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
+_PROMPTS = [
+    {"type": "string", "minLength": 1},
+    {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+    _TOKEN_IDS,
+    {"type": "array", "items": _TOKEN_IDS, "minItems": 1},
+]
 
 
 class CompletionRequest(SamplingFields):
     model_config = ConfigDict(extra="allow")  # checked by request_fields.refuse_unsupported
 
-    prompt: str | list[str] | list[int] | list[list[int]]
+    # text, texts, token ids or lists of them; never empty (the schema says so too)
+    prompt: str | list[str] | list[int] | list[list[int]] = documented(..., anyOf=_PROMPTS)
     # 0: nothing generated, with echo or prompt_logprobs (the prompt scored)
     max_tokens: int | None = documented(16, minimum=0)
     logprobs: int | None = documented(minimum=0, maximum=MAX_LOGPROBS)  # top alternatives

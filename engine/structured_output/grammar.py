@@ -94,7 +94,7 @@ class GrammarMask:
     """Which rows of a step are constrained, and the tokens each may sample next."""
 
     rows: list[int]
-    bitmask: torch.Tensor  # [len(rows), ceil(vocab / 32)] int32, on the host
+    bitmask: torch.Tensor  # [sampling rows, ceil(vocab / 32)] int32, on the host
 
 
 class Grammars:
@@ -107,6 +107,7 @@ class Grammars:
         )
         self.vocab_size = vocab_size
         self.compiler = xgr.GrammarCompiler(info, max_threads=2, cache_enabled=True)
+        self._batch = xgr.BatchGrammarMatcher(max_threads="auto")
 
     def matcher(self, spec: StructuredOutputsParams) -> xgr.GrammarMatcher:
         return xgr.GrammarMatcher(self._compile(spec))
@@ -128,13 +129,17 @@ class Grammars:
         rows = [row for row, s in enumerate(states) if s.params.structured_outputs is not None]
         if not rows:
             return None
-        bitmask = xgr.allocate_token_bitmask(len(rows), self.vocab_size)
-        for index, row in enumerate(rows):
-            matcher = self._follow(states[row])
-            # A matcher ends on one of the engine's stop tokens, on which the request
-            # finishes: a terminated one is not asked again (its bitmask stays all ones).
-            if not matcher.is_terminated():
-                matcher.fill_next_token_bitmask(bitmask, index)
+        # One row per sampling row (xgrammar applies row i of the mask to row i of the
+        # logits); the unconstrained rows' stay all ones and are not applied.
+        bitmask = xgr.allocate_token_bitmask(len(states), self.vocab_size)
+        matchers = {row: self._follow(states[row]) for row in rows}
+        # A matcher ends on one of the engine's stop tokens, on which the request
+        # finishes: a terminated one is not asked again (its bitmask stays all ones).
+        live = [row for row, matcher in matchers.items() if not matcher.is_terminated()]
+        if live:  # on the host's threads, while the device runs the step
+            self._batch.batch_fill_next_token_bitmask(
+                [matchers[row] for row in live], bitmask, indices=live
+            )
         return GrammarMask(rows, bitmask)
 
     def _follow(self, state) -> xgr.GrammarMatcher:

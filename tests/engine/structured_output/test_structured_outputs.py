@@ -83,11 +83,12 @@ def test_an_ebnf_grammar_and_json_without_free_whitespace(llm):
 def test_unconstrained_requests_in_a_constrained_batch_get_their_tokens_alone(llm):
     free = [SamplingParams(max_tokens=24, **GREEDY), SamplingParams(max_tokens=24, **SAMPLED)]
     alone = [o.token_ids for o in texts(llm, free, "a prompt of its own")]
-    mixed = [constrained({"json": s}, **SAMPLED) for s in SCHEMAS[:6]] + free
-    prompts = ["write the answer as asked"] * 6 + ["a prompt of its own"] * 2
+    # constrained rows between unconstrained ones: each mask lands on its own row
+    mixed = free[:1] + [constrained({"json": s}, **SAMPLED) for s in SCHEMAS[:6]] + free[1:]
+    prompts = ["a prompt of its own"] + ["write the answer as asked"] * 6 + ["a prompt of its own"]
     outputs = llm.generate(prompts, mixed)
-    assert [o.outputs[0].token_ids for o in outputs[6:]] == alone
-    for schema, output in zip(SCHEMAS[:6], outputs[:6], strict=True):
+    assert [o.outputs[0].token_ids for o in (outputs[0], outputs[7])] == alone
+    for schema, output in zip(SCHEMAS[:6], outputs[1:7], strict=True):
         assert_valid_json(output.outputs[0].text, schema)
 
 
