@@ -66,13 +66,16 @@ def pagoda_structured_throughput(
     lengths = [len(output.outputs[0].token_ids) for output in outputs]
     same = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in lengths]
     unconstrained, _ = _timed_run(llm, prompts, same)
-    texts = [outputs[index].outputs[0].text for index in sorted(constrained)]
+    samples = [outputs[index].outputs[0] for index in sorted(constrained)]
+    stopped = [sample.text for sample in samples if sample.finish_reason == "stop"]
     return {
         "mixed": mixed,
         "unconstrained_same_lengths": unconstrained,
         "constrained_requests": len(constrained),
         "constrained_mean_output_tokens": sum(lengths[i] for i in constrained) / len(constrained),
-        "constrained_outputs_valid": sum(map(_valid, texts)),
+        # the others reached --output-len before their JSON ended (and cannot parse)
+        "constrained_outputs_ended": len(stopped),
+        "constrained_ended_outputs_valid": sum(map(_valid, stopped)),
         "output_tokens_per_s_vs_unconstrained": (
             mixed["output_tokens_per_s"] / unconstrained["output_tokens_per_s"]
         ),

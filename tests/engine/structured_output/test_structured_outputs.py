@@ -53,11 +53,19 @@ def test_every_output_under_a_json_schema_validates(llm, sampling):
 
 
 def test_json_object_regex_and_choice_outputs_are_in_their_language(llm):
-    params = [constrained({"json_object": True}, **SAMPLED)]
+    # Unbounded, so some reach max_tokens: of six, those that end are JSON objects.
+    objects = 6
+    params = [
+        SamplingParams(max_tokens=500, temperature=1.0, seed=11 + seed, structured_outputs=(
+            StructuredOutputsParams(json_object=True)))
+        for seed in range(objects)
+    ]  # fmt: skip
     params += [constrained({"regex": regex}, **s) for regex in REGEXES for s in (GREEDY, SAMPLED)]
     params += [constrained({"choice": c}, **s) for c in CHOICES for s in (GREEDY, SAMPLED)]
     outputs = texts(llm, params)
-    assert isinstance(json.loads(outputs[0].text), dict)
+    ended = [o.text for o in outputs[:objects] if o.finish_reason == "stop"]
+    assert ended and all(isinstance(json.loads(text), dict) for text in ended), ended
+    outputs = outputs[objects - 1 :]
     regex_outputs = outputs[1 : 1 + 2 * len(REGEXES)]
     for regex, output in zip([r for r in REGEXES for _ in (0, 1)], regex_outputs, strict=True):
         assert re.fullmatch(regex, output.text), (regex, output.text)
