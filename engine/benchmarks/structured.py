@@ -16,7 +16,7 @@ import time
 from pagoda.engine import LLM, SamplingParams, StructuredOutputsParams
 
 # Bounded in every dimension (integer ranges, string lengths, item counts), so every
-# output ends well inside --output-len and parses.
+# output ends well inside --output-len.
 SCHEMA = {
     "type": "object",
     "properties": {
