@@ -18,7 +18,9 @@ log = logging.getLogger(__name__)
 
 # Peering priority from the start time: the oldest live replica acts, so a new replica
 # (a rollout, a restart) waits as the standby instead of taking over from a healthy one.
-PRIORITY_EPOCH_MS = 2**42  # ~2109 in Unix milliseconds: priorities stay positive
+# In microseconds: kopf pauses every replica, for good, while two share a priority, and
+# two replicas started together (a fresh install) can start in the same millisecond.
+PRIORITY_EPOCH_US = 2**52  # ~2112 in Unix microseconds: positive, and exact as a float
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,8 @@ class OperatorConfig:
 
 
 def default_priority(now_s: float | None = None) -> int:
-    return PRIORITY_EPOCH_MS - int((time.time() if now_s is None else now_s) * 1000)
+    now_us = time.time_ns() // 1000 if now_s is None else int(now_s * 1_000_000)
+    return PRIORITY_EPOCH_US - now_us
 
 
 def register(subparsers) -> None:
