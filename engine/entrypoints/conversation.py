@@ -30,8 +30,10 @@ def conversation_tokens(
     messages: list[ChatMessage],
     fields: ChatTemplateFields,
     settings: ServerSettings,
+    tools: list[dict] | None = None,
 ) -> list[int]:
-    """The rendered and tokenized conversation; APIError (400) naming what is wrong."""
+    """The rendered and tokenized conversation (with the functions in `tools` for the
+    template to show); APIError (400) naming what is wrong."""
     conversation = [_template_message(i, message) for i, message in enumerate(messages)]
     try:
         return apply_chat_template(
@@ -41,6 +43,7 @@ def conversation_tokens(
             _template(fields, settings),
             fields.continue_final_message,
             fields.chat_template_kwargs,
+            tools,
         )
     except ValueError as exc:
         raise bad_request(exc) from None

@@ -21,6 +21,9 @@ INVALID_REQUEST = "invalid_request_error"
 _MAX_REPORTED_ERRORS = 3
 # SamplingParams and the input processor start their messages with "invalid NAME=".
 _PARAM_IN_MESSAGE = re.compile(r"^invalid (\w+)=")
+# pydantic names the member of a union a value failed in its path ("literal['none']",
+# "NamedToolChoice", "list[ContentPart]"); the client wrote no such field.
+_UNION_MEMBER = re.compile(r"^(str|int|float|bool|dict|list|literal|function-\w+|[A-Z]\w*)(\[.*\])?$")
 
 
 class APIError(Exception):
@@ -110,7 +113,7 @@ def _field(error: Mapping) -> str:
     """The field as the client wrote it: `messages[0].content`, not pydantic's path."""
     path = ""
     for part in error.get("loc", ()):
-        if part == "body":
+        if part == "body" or (isinstance(part, str) and _UNION_MEMBER.match(part)):
             continue
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     return path

@@ -212,6 +212,32 @@ class ChatTemplateFields(OpenAIModel):
     )
 
 
+class FunctionDefinition(OpenAIModel):
+    name: str = documented(..., pattern=r"^[A-Za-z0-9_-]{1,64}$")  # checked in tool_calls.py
+    description: str | None = None
+    # the arguments' JSON schema; None: a function without arguments
+    parameters: dict | None = None
+    strict: bool | None = None  # forced calls match the schema whatever this says
+
+
+class ChatTool(OpenAIModel):
+    """A function the model may call."""
+
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(OpenAIModel):
+    name: str
+
+
+class NamedToolChoice(OpenAIModel):
+    """tool_choice naming the function the model must call."""
+
+    type: Literal["function"]
+    function: NamedFunction
+
+
 class ChatCompletionRequest(ChatTemplateFields, SamplingFields):
     model_config = ConfigDict(extra="allow")  # checked by request_fields.refuse_unsupported
 
@@ -221,8 +247,12 @@ class ChatCompletionRequest(ChatTemplateFields, SamplingFields):
     max_completion_tokens: int | None = documented(minimum=1)
     logprobs: bool = False
     top_logprobs: int | None = documented(minimum=0, maximum=MAX_LOGPROBS)
-    tools: list[dict] | None = documented(maxItems=0)  # not supported yet
-    tool_choice: str | dict | None = None
+    # functions the model may call (engine/entrypoints/tool_calls.py)
+    tools: list[ChatTool] | None = None
+    # none, auto (needs --enable-auto-tool-choice), required, or one named function;
+    # None: auto with tools, none without, as OpenAI
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None  # false: at most one call; None: any number
 
 
 class TokenizeCompletionRequest(OpenAIModel):
@@ -234,6 +264,7 @@ class TokenizeCompletionRequest(OpenAIModel):
 class TokenizeChatRequest(ChatTemplateFields):
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[ChatTool] | None = None  # rendered by the template, as in chat
 
 
 class DetokenizeRequest(OpenAIModel):
@@ -323,9 +354,34 @@ class ChatLogprobs(BaseModel):
     content: list[TokenLogprob] | None = None
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str  # JSON text
+
+
+class ToolCallOut(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatResponseMessage(BaseModel):
     role: str = "assistant"
     content: str | None = None
+    tool_calls: list[ToolCallOut] = Field(default_factory=list)  # [] as vLLM: none
+
+
+class DeltaFunctionCall(BaseModel):
+    # A call's first delta names it; the arguments' text may follow in pieces.
+    name: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    arguments: str = ""
+
+
+class DeltaToolCall(BaseModel):
+    index: int  # which call of the message this piece belongs to
+    id: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    type: Literal["function"] | None = Field(default=None, exclude_if=lambda v: v is None)
+    function: DeltaFunctionCall
 
 
 class ChatChoice(BaseModel):
@@ -350,6 +406,9 @@ class DeltaMessage(BaseModel):
     # Left out when empty, as OpenAI's chunks do (the role only in a choice's first chunk).
     role: str | None = Field(default=None, exclude_if=lambda value: value is None)
     content: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    tool_calls: list[DeltaToolCall] | None = Field(
+        default=None, exclude_if=lambda value: value is None
+    )
 
 
 class ChatChunkChoice(BaseModel):

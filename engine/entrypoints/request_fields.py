@@ -32,7 +32,7 @@ class Refused:
 
 
 _GRAMMAR_ENGINE = "xgrammar is the grammar engine here: leave it out"
-_TOOLS = "tool calling is not supported yet: leave it out"
+_TOOLS = "it is OpenAI's deprecated form of tools: use tools and tool_choice"
 
 # Fields of both endpoints that no request model declares.
 SHARED = {
@@ -94,7 +94,6 @@ CHAT = SHARED | {
 
 # Chat fields that no value of changes what this server does: accepted, and why.
 CHAT_INERT = {
-    "parallel_tool_calls": "OpenAI: how tools may be called; no tools are served",
     "prompt_cache_key": "OpenAI: a hint for its prompt cache; prefixes are cached by content",
     "prompt_cache_options": "OpenAI: options of its prompt cache; see prompt_cache_key",
     "prompt_cache_retention": "OpenAI: how long its prompt cache keeps; see prompt_cache_key",

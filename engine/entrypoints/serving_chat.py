@@ -18,13 +18,13 @@ from pagoda.engine.entrypoints.protocol import (
     ChatCompletionChunk,
     ChatCompletionRequest,
     ChatCompletionResponse,
-    ChatResponseMessage,
     DeltaMessage,
     UsageInfo,
     now_seconds,
 )
 from pagoda.engine.entrypoints.sampling import include_usage, sampling_params
 from pagoda.engine.entrypoints.state import ServerState
+from pagoda.engine.entrypoints.tool_calls import ToolPlan, ToolReading, tool_plan
 from pagoda.engine.entrypoints.streaming import (
     Deadline,
     framed,
@@ -46,6 +46,7 @@ class _Job:
     prepared: PreparedRequest
     texts: TokenTexts
     timeout: float | None
+    tools: ToolPlan
     id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
     created: int = field(default_factory=now_seconds)
     cached: int = 0  # prompt tokens the prefix cache served, as the engine last said
@@ -66,15 +67,19 @@ async def create_chat_completion(
     num_top = _check_chat_fields(body)
     max_tokens = _max_tokens(body)
     params = sampling_params(body, max_tokens, num_top, body.prompt_logprobs)
+    tools = tool_plan(body, state.settings, engine.tokenizer)
+    tools.apply(params)
     check_truncation(body.truncate_prompt_tokens)
     ticket = state.admission.acquire(max(1, params.n))
     with released_on_error(ticket):
         token_ids = truncated(
-            conversation_tokens(engine.tokenizer, body.messages, body, state.settings),
+            conversation_tokens(
+                engine.tokenizer, body.messages, body, state.settings, tools.tools
+            ),
             body.truncate_prompt_tokens,
             engine.config.max_model_len,
         )
-        job = _Job(body, model, engine, None, texts, state.settings.request_timeout)
+        job = _Job(body, model, engine, None, texts, state.settings.request_timeout, tools)
         job.prepared = engine.prepare(
             {"prompt_token_ids": token_ids},
             params,
@@ -102,10 +107,6 @@ def _max_tokens(body: ChatCompletionRequest) -> int | None:
 
 def _check_chat_fields(body: ChatCompletionRequest) -> int | None:
     """Refuse what is not supported; the number of top logprobs to return (None: none)."""
-    if body.tools:
-        raise APIError(400, "tools are not supported yet: leave them out", param="tools")
-    if body.tool_choice not in (None, "none", "auto"):
-        raise APIError(400, "tool_choice is not supported yet", param="tool_choice")
     if body.prompt_logprobs is not None and body.stream:
         raise APIError(
             400,
@@ -123,16 +124,13 @@ async def _complete(job: _Job) -> ChatCompletionResponse:
     final = await job.deadline().wait_for(
         last(job.engine.generate(job.prepared, None, job.prepared.request_id))
     )
-    choices = [
-        ChatChoice(
-            index=sample.index,
-            message=ChatResponseMessage(content=sample.text),
-            logprobs=_logprobs(job, sample),
-            finish_reason=sample.finish_reason,
-            stop_reason=sample.stop_reason,
-        )
-        for sample in final.outputs
-    ]
+    choices = []
+    for sample in final.outputs:
+        message, finish_reason = job.tools.message(sample.text, sample.finish_reason)
+        choices.append(ChatChoice(
+            index=sample.index, message=message, logprobs=_logprobs(job, sample),
+            finish_reason=finish_reason, stop_reason=sample.stop_reason,
+        ))  # fmt: skip
     num_generated = sum(len(sample.token_ids) for sample in final.outputs)
     job.cached = final.num_cached_tokens
     prompt_logprobs = None
@@ -148,6 +146,7 @@ async def _complete(job: _Job) -> ChatCompletionResponse:
 
 def _stream(job: _Job, ticket: Ticket):
     generated = [0]  # tokens so far, for the usage chunk
+    readings = [ToolReading(job.tools) for _ in range(job.prepared.params.n)]
 
     async def events():
         # OpenAI's first chunk of each choice names the role.
@@ -157,7 +156,7 @@ def _stream(job: _Job, ticket: Ticket):
         ]
         yield sse(_chunk(job, first))
         async for output in job.engine.generate(job.prepared, None, job.prepared.request_id):
-            choices = [_chunk_choice(job, sample) for sample in output.outputs]
+            choices = [_chunk_choice(job, s, readings[s.index]) for s in output.outputs]
             generated[0] += sum(len(sample.token_ids) for sample in output.outputs)
             job.cached = output.num_cached_tokens
             yield sse(_chunk(job, choices))
@@ -176,12 +175,13 @@ def _chunk(job: _Job, choices: list[ChatChunkChoice], usage=None) -> ChatComplet
     )
 
 
-def _chunk_choice(job: _Job, sample: CompletionOutput) -> ChatChunkChoice:
+def _chunk_choice(job: _Job, sample: CompletionOutput, reading: ToolReading) -> ChatChunkChoice:
+    delta = reading.feed(sample.text, final=sample.finish_reason is not None)
     return ChatChunkChoice(
         index=sample.index,
-        delta=DeltaMessage(content=sample.text) if sample.text else DeltaMessage(),
+        delta=delta or DeltaMessage(),
         logprobs=_logprobs(job, sample),
-        finish_reason=sample.finish_reason,
+        finish_reason=reading.finish_reason(sample.finish_reason),
         stop_reason=sample.stop_reason,
     )
 

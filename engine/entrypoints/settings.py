@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 
 from pagoda.engine.engine_flags import add_engine_flags
+from pagoda.engine.entrypoints.tool_parsers import PARSERS as TOOL_CALL_PARSERS
 
 DEFAULT_PORT = 8000
 
@@ -34,6 +35,8 @@ class ServerSettings:
     runtime_lora_updating: bool = False
     chat_template: str | None = None  # --chat-template's text; None: the model's own
     trust_request_chat_template: bool = False
+    enable_auto_tool_choice: bool = False  # tool_choice "auto" served (needs the parser)
+    tool_call_parser: str | None = None  # a name in tool_parsers.PARSERS
 
     @property
     def model_name(self) -> str:
@@ -95,6 +98,19 @@ def _add_chat_arguments(group) -> None:
         action="store_true",
         help="let requests bring their own chat_template (refused by default: a template "
         "is code the server runs, if sandboxed)",
+    )
+    group.add_argument(
+        "--enable-auto-tool-choice",
+        action="store_true",
+        help='serve tool_choice "auto" (the default when a request has tools): the model '
+        "decides whether to call, and --tool-call-parser reads its calls",
+    )
+    group.add_argument(
+        "--tool-call-parser",
+        choices=sorted(TOOL_CALL_PARSERS),
+        default=None,
+        help="the served model family's tool-call format: llama3_json (Llama 3.1-3.3), "
+        "hermes (Hermes 2 Pro, Qwen 2.5 and 3), mistral ([TOOL_CALLS])",
     )
 
 
@@ -222,6 +238,11 @@ def server_settings(args: argparse.Namespace, max_model_len: int) -> ServerSetti
         raise ValueError("--request-timeout, --drain-timeout and --dead-exit-delay must be >= 0")
     if args.enable_runtime_lora_updating and not args.enable_lora:
         raise ValueError("--enable-runtime-lora-updating needs --enable-lora")
+    if args.enable_auto_tool_choice and not args.tool_call_parser:
+        raise ValueError(
+            "--enable-auto-tool-choice needs --tool-call-parser: name the model family's "
+            f"format ({', '.join(TOOL_CALL_PARSERS)})"
+        )
     served = args.served_model_name or [args.model]
     modules = lora_modules(args)
     clashes = sorted({m.name for m in modules} & set(served))
@@ -247,4 +268,6 @@ def server_settings(args: argparse.Namespace, max_model_len: int) -> ServerSetti
         runtime_lora_updating=args.enable_runtime_lora_updating,
         chat_template=chat_template(args.chat_template),
         trust_request_chat_template=args.trust_request_chat_template,
+        enable_auto_tool_choice=args.enable_auto_tool_choice,
+        tool_call_parser=args.tool_call_parser,
     )

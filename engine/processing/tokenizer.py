@@ -37,11 +37,13 @@ def apply_chat_template(
     chat_template: str | None = None,
     continue_final_message: bool = False,
     template_kwargs: dict | None = None,
+    tools: list[dict] | None = None,
 ) -> list[int]:
     """Render a conversation with the model's template (or `chat_template`) and tokenize
     it. `continue_final_message`: the last message, an assistant's, is left open for the
     model to continue (not with add_generation_prompt); `template_kwargs`: more variables
-    for the template (Qwen3's enable_thinking, say)."""
+    for the template (Qwen3's enable_thinking, say); `tools`: OpenAI's function
+    definitions, which templates that know tools show the model."""
     if not isinstance(messages, list) or not messages:
         raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...}")
     for index, message in enumerate(messages):
@@ -74,6 +76,7 @@ def apply_chat_template(
             add_generation_prompt=add_generation_prompt,
             continue_final_message=continue_final_message,
             chat_template=chat_template,
+            tools=tools,
             **template_kwargs,
         )
     except Exception as exc:  # jinja errors come in many types

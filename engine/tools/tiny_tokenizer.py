@@ -37,15 +37,26 @@ _WORDS = (
 _RARE = ("naïve", "café", "Zürich", "日本語", "中文", "Ελληνικά", "русский", "🙂", "🚀", "∑", "→")
 _PUNCT = (".", ",", "!", "?", ":", ";")
 
+# Both templates show tools as their model families do (Llama 3.1's JSON calls, Hermes'
+# <tools> and <tool_call> tags), and render exactly as before when there are none.
 SENTENCEPIECE_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}"
+    "{{ bos_token }}{% if tools %}<|start_header_id|>system<|end_header_id|>\n\n"
+    "You may call these functions, replying with {\"name\": ..., \"parameters\": ...}:\n"
+    "{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}<|eot_id|>{% endif %}"
+    "{% for message in messages %}"
     "<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n"
-    "{{ message['content'] | trim }}<|eot_id|>{% endfor %}"
+    "{{ message['content'] | trim }}{% for call in message.tool_calls or [] %}"
+    "{{ {'name': call.function.name, 'parameters': call.function.arguments} | tojson }}"
+    "{% endfor %}<|eot_id|>{% endfor %}"
     "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
 )
 CHATML_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n<tools>\n{% for tool in tools %}{{ tool | tojson }}\n"
+    "{% endfor %}</tools><|im_end|>\n{% endif %}"
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
-    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{{ message['content'] }}{% for call in message.tool_calls or [] %}<tool_call>\n"
+    "{{ {'name': call.function.name, 'arguments': call.function.arguments} | tojson }}\n"
+    "</tool_call>{% endfor %}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 

@@ -29,6 +29,7 @@ REFUSED = [
     (["--max-waiting-requests", "-1"], "--max-waiting-requests"),
     (["--chat-template", "/no/such/template.jinja"], "neither a file nor a Jinja template"),
     (["--chat-template", "{% for m in messages %}{{ m.content }}"], "does not compile"),
+    (["--enable-auto-tool-choice"], "--enable-auto-tool-choice needs --tool-call-parser"),
 ]
 
 
@@ -37,6 +38,13 @@ def test_bad_flags_exit_2_with_a_clear_message(llama_dir, flags, message, capsys
     # In process (the checks run before any server starts); a subprocess test is below.
     assert main(["serve", str(llama_dir), *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_an_unknown_tool_call_parser_is_refused_naming_those_served(llama_dir, capsys):
+    with pytest.raises(SystemExit) as exited:  # argparse's own check of the choices
+        main(["serve", str(llama_dir), "--tool-call-parser", "pythonic"])
+    assert exited.value.code == 2
+    assert "'hermes', 'llama3_json', 'mistral'" in capsys.readouterr().err
 
 
 def test_a_missing_model_folder_is_refused_by_the_real_command(tmp_path):
