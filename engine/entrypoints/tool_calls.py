@@ -77,7 +77,7 @@ class ToolPlan:
         reading = ToolReading(self)
         reading.feed(text, final=True)
         if not reading.calls:
-            return ChatResponseMessage(content=text), finish_reason
+            return ChatResponseMessage(content=reading.content), finish_reason
         calls = [ToolCallOut(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
                  for c in reading.calls]  # fmt: skip
         message = ChatResponseMessage(content=reading.content or None, tool_calls=calls)
@@ -103,14 +103,13 @@ class ToolReading:
     def feed(self, new_text: str, final: bool) -> DeltaMessage | None:
         self.text += new_text
         if self.plan.mode == "none":
+            self.content += new_text
             return DeltaMessage(content=new_text) if new_text else None
         if self.plan.mode == "named":
             return self._named(new_text)
         segments = self.plan.parser.segments(self.text, final)
-        content = "".join(s for s in segments if isinstance(s, str))
         parsed = [s for s in segments if isinstance(s, ParsedCall)][: self.plan.max_calls]
-        if parsed or not final:  # whitespace before a call (or what may be one) is not content
-            content = content.rstrip()
+        content = _content(segments, whole=final and not parsed)
         new_content = content[len(self.content) :]
         self.content = content
         pieces = []
@@ -142,6 +141,21 @@ class ToolReading:
         if reason == "stop" and self.calls and self.plan.mode != "named":
             return "tool_calls"
         return reason
+
+
+def _content(segments, whole: bool) -> str:
+    """The content among a reply's segments: before the first call as written (its
+    trailing whitespace kept back unless the reply is whole and has no call), then each
+    piece of text after a call stripped, on a line of its own."""
+    before, after, called = "", [], False
+    for segment in segments:
+        if isinstance(segment, ParsedCall):
+            called = True
+        elif called:
+            after.append(segment.strip())
+        else:
+            before += segment
+    return "\n".join(part for part in [before if whole else before.rstrip(), *after] if part)
 
 
 def tool_plan(body: ChatCompletionRequest, settings: ServerSettings, tokenizer) -> ToolPlan:

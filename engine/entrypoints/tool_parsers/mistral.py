@@ -34,18 +34,19 @@ class MistralParser(ToolCallParser):
         start = text.find(MARKER)
         if start < 0:
             end = len(text) if final else len(text) - held_back(text, MARKER)
-            if not final and eos:
-                end = min(end, len(text) - held_back(text, eos))
+            if not final and eos:  # the end-of-sequence text, whole or begun, is kept back
+                kept = len(eos) if text.endswith(eos) else held_back(text, eos)
+                end = min(end, len(text) - kept)
             return [text[:end]] if end > 0 else []
         out: list[Segment] = [text[:start]] if start else []
         pos = start
         while text.startswith(MARKER, pos):
-            pos = skip_space(text, pos + len(MARKER))
-            if text.startswith("[", pos):
-                placed = self._array(text, pos, out, final)
-            else:
-                placed = self._named(text, pos, out, final)
-            if placed is None:
+            marker, pos = pos, skip_space(text, pos + len(MARKER))
+            read = self._array if text.startswith("[", pos) else self._named
+            placed = read(text, pos, out)
+            if placed is None:  # not (yet) a call: when the text is whole, content
+                if final:
+                    out.append(text[marker:])
                 return out
             pos = skip_space(text, placed)
         if pos < len(text) and final:
@@ -53,18 +54,16 @@ class MistralParser(ToolCallParser):
         return out
 
     @staticmethod
-    def _array(text: str, pos: int, out: list[Segment], final: bool) -> int | None:
+    def _array(text: str, pos: int, out: list[Segment]) -> int | None:
         decoded = decode_json(text, pos)
         calls = None if decoded is None else _calls(decoded[0])
         if calls is None:
-            if final:
-                out.append(text[pos:])
             return None
         out.extend(calls)
         return decoded[1]
 
     @staticmethod
-    def _named(text: str, pos: int, out: list[Segment], final: bool) -> int | None:
+    def _named(text: str, pos: int, out: list[Segment]) -> int | None:
         brace = text.find("{", pos)
         name_end = brace if brace >= 0 else len(text)
         if text.find(ARGS, pos, name_end) >= 0:
@@ -72,8 +71,6 @@ class MistralParser(ToolCallParser):
         decoded = None if brace < 0 else decode_json(text, brace)
         call = None if decoded is None else call_with(text[pos:name_end].strip(), decoded[0])
         if call is None:
-            if final:
-                out.append(text[pos:])
             return None
         out.append(call)
         return decoded[1]
