@@ -23,7 +23,9 @@ _MAX_REPORTED_ERRORS = 3
 _PARAM_IN_MESSAGE = re.compile(r"^invalid (\w+)=")
 # pydantic names the member of a union a value failed in its path ("literal['none']",
 # "NamedToolChoice", "list[ContentPart]"); the client wrote no such field.
-_UNION_MEMBER = re.compile(r"^(str|int|float|bool|dict|list|literal|function-\w+|[A-Z]\w*)(\[.*\])?$")
+_UNION_MEMBER = re.compile(
+    r"^(str|int|float|bool|dict|list|literal|function-\w+|[A-Z]\w*)(\[.*\])?$"
+)
 
 
 class APIError(Exception):

@@ -24,7 +24,6 @@ from pagoda.engine.entrypoints.protocol import (
 )
 from pagoda.engine.entrypoints.sampling import include_usage, sampling_params
 from pagoda.engine.entrypoints.state import ServerState
-from pagoda.engine.entrypoints.tool_calls import ToolPlan, ToolReading, tool_plan
 from pagoda.engine.entrypoints.streaming import (
     Deadline,
     framed,
@@ -33,6 +32,7 @@ from pagoda.engine.entrypoints.streaming import (
     respond,
     sse,
 )
+from pagoda.engine.entrypoints.tool_calls import ToolPlan, ToolReading, tool_plan
 from pagoda.engine.frontend.async_llm import AsyncLLM
 from pagoda.engine.outputs import CompletionOutput
 from pagoda.engine.processing.input_processor import PreparedRequest
@@ -73,9 +73,7 @@ async def create_chat_completion(
     ticket = state.admission.acquire(max(1, params.n))
     with released_on_error(ticket):
         token_ids = truncated(
-            conversation_tokens(
-                engine.tokenizer, body.messages, body, state.settings, tools.tools
-            ),
+            conversation_tokens(engine.tokenizer, body.messages, body, state.settings, tools.tools),
             body.truncate_prompt_tokens,
             engine.config.max_model_len,
         )

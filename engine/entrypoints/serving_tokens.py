@@ -21,9 +21,7 @@ def tokenize(
     state.check_model(body.model)
     if isinstance(body, TokenizeChatRequest):
         tools = [tool.model_dump(exclude_none=True) for tool in body.tools or []] or None
-        tokens = conversation_tokens(
-            engine.tokenizer, body.messages, body, state.settings, tools
-        )
+        tokens = conversation_tokens(engine.tokenizer, body.messages, body, state.settings, tools)
     else:
         tokens = engine.tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
     return TokenizeResponse(

@@ -196,8 +196,7 @@ def tool_plan(body: ChatCompletionRequest, settings: ServerSettings, tokenizer) 
     if name not in names:
         raise APIError(
             400,
-            f"tool_choice names function {name!r}, which is not in tools "
-            f"({', '.join(names)})",
+            f"tool_choice names function {name!r}, which is not in tools ({', '.join(names)})",
             param="tool_choice.function.name",
         )
     constraint = _compiled(schemas[name], "tool_choice")

@@ -41,7 +41,7 @@ _PUNCT = (".", ",", "!", "?", ":", ";")
 # <tools> and <tool_call> tags), and render exactly as before when there are none.
 SENTENCEPIECE_TEMPLATE = (
     "{{ bos_token }}{% if tools %}<|start_header_id|>system<|end_header_id|>\n\n"
-    "You may call these functions, replying with {\"name\": ..., \"parameters\": ...}:\n"
+    'You may call these functions, replying with {"name": ..., "parameters": ...}:\n'
     "{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}<|eot_id|>{% endif %}"
     "{% for message in messages %}"
     "<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n"

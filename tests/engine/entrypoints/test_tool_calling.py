@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 
-import jsonschema
 import httpx
+import jsonschema
 import openai
 import pytest
 
@@ -60,15 +60,14 @@ CHAT = "/v1/chat/completions"
 @pytest.fixture(scope="module")
 def tool_server(tiny_model_dir, tmp_path_factory):
     server = LiveServer(
-        tiny_model_dir("qwen2"), tmp_path_factory.mktemp("hermes"), "--served-model-name", "tiny",
-        "--api-key", API_KEY, "--max-model-len", "2048", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+        tiny_model_dir("qwen2"), tmp_path_factory.mktemp("hermes"),
+        "--served-model-name", "tiny", "--api-key", API_KEY, "--max-model-len", "2048",
+        "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
     )  # fmt: skip
     try:
         yield server.wait_ready()
     finally:
         server.terminate()
-
-
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +162,7 @@ def test_a_named_function_is_called_with_arguments_of_its_schema(client, stream)
 
 def test_tools_reach_the_prompt_through_the_chat_template(tools_http):
     http = tools_http
+
     def rendered(**fields) -> str:
         tokens = http.post("/tokenize", json={"model": "tiny", "messages": MESSAGES, **fields})
         return http.post("/detokenize", json={"tokens": tokens.json()["tokens"]}).json()["prompt"]
@@ -219,6 +219,8 @@ def test_langchain_bind_tools_gets_calls_it_parses(tool_server):
 
 
 BAD_FUNCTIONS = {"type": "object", "properties": {"a": {"type": "nonsense"}}}
+
+
 def test_auto_is_refused_by_a_server_without_a_parser(http):
     for fields in ({"tools": [ADD]}, {"tools": [ADD], "tool_choice": "auto"}):
         answer = http.post(CHAT, json={"messages": MESSAGES, "max_tokens": 4, **fields})

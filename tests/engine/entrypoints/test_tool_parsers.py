@@ -4,6 +4,7 @@ whole (hypothesis splits each reply at random)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -89,7 +90,7 @@ def test_each_format_is_read_as_its_model_writes_it(parser, reply, content, call
 def test_a_reply_streamed_in_any_pieces_reads_as_the_whole(case, cuts, mistral_tokenizer):
     parser, reply, _, _ = case
     bounds = sorted({0, len(reply), *(c % (len(reply) + 1) for c in cuts)})
-    pieces = [reply[a:b] for a, b in zip(bounds, bounds[1:])] + [""]
+    pieces = [reply[a:b] for a, b in itertools.pairwise(bounds)] + [""]
     plan = plan_for(parser, mistral_tokenizer)
     whole_content, whole_calls, _ = read_whole(plan, reply)
     assert read_streamed(plan, pieces) == (whole_content, whole_calls)
