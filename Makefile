@@ -14,7 +14,7 @@ DEMO_MODEL ?= $(PAGODA_CACHE_DIR)/demo/smollm2-135m
 DEMO_STATE := .cache/demo
 
 .PHONY: setup test soak lint format run run-intro stop serve demo-model prometheus grafana-schema \
-	lm-eval clean generate images images-push image-tools
+	client-envs clean generate images images-push image-tools
 
 setup: $(STAMP)
 
@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $@
 
-test: setup k8s-tools demo-model prometheus grafana-schema image-tools lm-eval
+test: setup k8s-tools demo-model prometheus grafana-schema image-tools client-envs
 	@# the images the image tests run (they skip, saying why, where nothing can build them)
 	@$(PYTHON) images/build.py --if-possible
 	$(BIN)/pytest
@@ -41,10 +41,10 @@ test: setup k8s-tools demo-model prometheus grafana-schema image-tools lm-eval
 grafana-schema: setup
 	@$(BIN)/python -m tests.operator.observability.grafana_schema
 
-# lm-eval in a venv of its own (its pins clash with the dev venv's), which the API tests
-# run against the server: a no-op once in the cache.
-lm-eval: setup
-	@$(BIN)/python -m tests.engine.entrypoints.lm_eval_env
+# lm-eval and litellm in venvs of their own (their pins clash with the dev venv's), which
+# the API tests run against the server: a no-op once in the cache.
+client-envs: setup
+	@$(BIN)/python -m tests.engine.entrypoints.client_envs
 
 # promtool, which the alert rules' tests run (and Prometheus, which `make run` starts when
 # installed): Debian's package, installed when missing and this is a root Debian machine.

@@ -5,7 +5,7 @@ data), sending each (context, continuation) as token ids with `echo`, `logprobs:
 transformers' on the same fp32 weights, tokenized as lm-eval tokenizes (context and
 context + continuation apart, no special tokens), and so must its is-greedy flag.
 
-The harness runs from its own venv (lm_eval_env.py, `make lm-eval`); the test skips,
+The harness runs from its own venv (client_envs.py, `make client-envs`); the test skips,
 saying so, where that venv is missing.
 """
 
@@ -18,11 +18,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tests.engine.entrypoints import lm_eval_env
+from tests.engine.entrypoints.client_envs import LM_EVAL
 from tests.engine.entrypoints.live_server import API_KEY
 
 pytestmark = pytest.mark.skipif(
-    lm_eval_env.cli() is None, reason="lm-eval is not installed: make lm-eval"
+    LM_EVAL.executable() is None, reason="lm-eval is not installed: make client-envs"
 )
 PER_TOKEN_TOLERANCE = 1e-4  # fp32 on both sides; a sum of n tokens within n times that
 
@@ -41,13 +41,18 @@ def samples(api_server, llama_dir, tmp_path_factory) -> list[dict]:
         "max_retries=1",
     ])  # fmt: skip
     command = [
-        str(lm_eval_env.cli()), "--model", "local-completions", "--model_args", model_args,
+        str(LM_EVAL.executable()), "--model", "local-completions", "--model_args", model_args,
         "--tasks", "pagoda_choices", "--include_path", ".",
         "--log_samples", "--output_path", str(output),
     ]  # fmt: skip
     env = {"OPENAI_API_KEY": API_KEY, "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
     result = subprocess.run(
-        command, cwd=lm_eval_env.TASK_DIR, capture_output=True, text=True, env=env, timeout=600
+        command,
+        cwd=LM_EVAL.requirements.parent,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (path,) = output.rglob("samples_pagoda_choices_*.jsonl")
