@@ -230,12 +230,24 @@ def _parameters(index: int, tool) -> dict:
 
 
 def _required_schema(schemas: dict[str, dict], max_calls: int | None) -> dict:
-    call = [
-        {"type": "object", "properties": {"name": {"const": name}, "parameters": schema},
-         "required": ["name", "parameters"], "additionalProperties": False}
-        for name, schema in schemas.items()
-    ]  # fmt: skip
-    array = {"type": "array", "items": {"anyOf": call}, "minItems": 1}
+    """A JSON array of calls; each function's definitions (`$defs`, `definitions`) move
+    to the array's root, where its `#/$defs/...` references point."""
+    root, calls = {}, []
+    for name, schema in schemas.items():
+        schema = dict(schema)
+        for key in ("$defs", "definitions"):
+            for def_name, definition in (schema.pop(key, None) or {}).items():
+                if root.setdefault(key, {}).setdefault(def_name, definition) != definition:
+                    raise APIError(
+                        400,
+                        f"tools define {key} {def_name!r} twice, differently: with "
+                        'tool_choice "required" the functions share one schema; rename one',
+                        param="tool_choice",
+                    )
+        calls.append({"type": "object", "properties": {"name": {"const": name},
+                      "parameters": schema}, "required": ["name", "parameters"],
+                      "additionalProperties": False})  # fmt: skip
+    array = {"type": "array", "items": {"anyOf": calls}, "minItems": 1, **root}
     if max_calls is not None:
         array["maxItems"] = max_calls
     return array

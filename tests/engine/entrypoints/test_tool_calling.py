@@ -310,3 +310,20 @@ def test_auto_without_a_call_is_content(tool_server):
     choice = answer.choices[0]
     assert choice.message.content == "It is sunny <tool" and not choice.message.tool_calls
     assert choice.finish_reason == "stop"
+
+
+def test_required_follows_a_schema_with_definitions(client):
+    # A `$ref` into the function's own `$defs`, as pydantic writes argument schemas.
+    point = {"type": "object", "properties": {"x": {"type": "integer", "minimum": 0,
+             "maximum": 9}}, "required": ["x"], "additionalProperties": False}  # fmt: skip
+    parameters = {"type": "object", "$defs": {"Point": point},
+                  "properties": {"at": {"$ref": "#/$defs/Point"}}, "required": ["at"],
+                  "additionalProperties": False}  # fmt: skip
+    tool = {"type": "function", "function": {"name": "move", "parameters": parameters}}
+    for seed in range(2):
+        answer = client.chat.completions.create(
+            model="tiny", messages=MESSAGES, tools=[tool], tool_choice="required",
+            parallel_tool_calls=False, max_tokens=200, seed=seed,
+        )  # fmt: skip
+        (call,) = answer.choices[0].message.tool_calls
+        jsonschema.validate(json.loads(call.function.arguments), parameters)
