@@ -9,7 +9,8 @@ import sys
 
 # (httpx is not here: transformers needs it too)
 SERVER_ONLY = ["fastapi", "starlette", "uvicorn", "zmq", "msgspec", "prometheus_client", "openai"]
-OPERATOR_ONLY = ["kopf", "pydantic", "kubernetes"]
+# (pydantic is not here: xgrammar, the engine's grammar engine, needs it too)
+OPERATOR_ONLY = ["kopf", "kubernetes"]
 
 SCRIPT = """
 import asyncio, importlib.abc, sys
