@@ -213,7 +213,7 @@ class ChatTemplateFields(OpenAIModel):
 
 
 class FunctionDefinition(OpenAIModel):
-    name: str = documented(..., pattern=r"^[A-Za-z0-9_-]{1,64}$")  # checked in tool_calls.py
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule
     description: str | None = None
     # the arguments' JSON schema; None: a function without arguments
     parameters: dict | None = None

@@ -12,6 +12,7 @@ from pagoda.engine.entrypoints.protocol import (
     TokenizeResponse,
 )
 from pagoda.engine.entrypoints.state import ServerState
+from pagoda.engine.entrypoints.tool_calls import template_tools
 
 
 def tokenize(
@@ -20,7 +21,7 @@ def tokenize(
     engine = state.require_engine()
     state.check_model(body.model)
     if isinstance(body, TokenizeChatRequest):
-        tools = [tool.model_dump(exclude_none=True) for tool in body.tools or []] or None
+        tools = template_tools(body.tools)
         tokens = conversation_tokens(engine.tokenizer, body.messages, body, state.settings, tools)
     else:
         tokens = engine.tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens)

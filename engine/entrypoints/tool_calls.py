@@ -18,7 +18,6 @@ under "auto" the first call is returned).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -43,7 +42,6 @@ from pagoda.engine.sampling_params import SamplingParams, StructuredOutputsParam
 from pagoda.engine.structured_output.grammar import GrammarError, check
 
 NO_ARGUMENTS = {"type": "object", "properties": {}}
-FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule (protocol.py shows it)
 
 
 @dataclass
@@ -76,19 +74,10 @@ class ToolPlan:
         """The whole reply as a message, and its finish reason."""
         reading = ToolReading(self)
         reading.feed(text, final=True)
-        if not reading.calls:
-            return ChatResponseMessage(content=reading.content), finish_reason
-        calls = [ToolCallOut(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
-                 for c in reading.calls]  # fmt: skip
-        message = ChatResponseMessage(content=reading.content or None, tool_calls=calls)
+        # Beside calls, no content is null (OpenAI's); alone, it is the reply's text.
+        content = (reading.content or None) if reading.calls else reading.content
+        message = ChatResponseMessage(content=content, tool_calls=reading.calls)
         return message, reading.finish_reason(finish_reason)
-
-
-@dataclass
-class _Call:
-    id: str
-    name: str
-    arguments: str
 
 
 @dataclass
@@ -98,7 +87,7 @@ class ToolReading:
     plan: ToolPlan
     text: str = ""
     content: str = ""  # content placed so far
-    calls: list[_Call] = field(default_factory=list)
+    calls: list[ToolCallOut] = field(default_factory=list)
 
     def feed(self, new_text: str, final: bool) -> DeltaMessage | None:
         self.text += new_text
@@ -115,7 +104,7 @@ class ToolReading:
         pieces = []
         for call in parsed[len(self.calls) :]:
             index = len(self.calls)
-            self.calls.append(_Call(self.plan.new_id(), call.name, call.arguments))
+            self.calls.append(_call(self.plan.new_id(), call.name, call.arguments))
             function = DeltaFunctionCall(name=call.name, arguments=call.arguments)
             pieces.append(DeltaToolCall(index=index, id=self.calls[-1].id, type="function",
                                         function=function))  # fmt: skip
@@ -125,11 +114,11 @@ class ToolReading:
 
     def _named(self, new_text: str) -> DeltaMessage | None:
         if not self.calls:
-            self.calls.append(_Call(self.plan.new_id(), self.plan.function, new_text))
+            self.calls.append(_call(self.plan.new_id(), self.plan.function, new_text))
             function = DeltaFunctionCall(name=self.plan.function, arguments=new_text)
             call = DeltaToolCall(index=0, id=self.calls[0].id, type="function", function=function)
             return DeltaMessage(tool_calls=[call])
-        self.calls[0].arguments += new_text
+        self.calls[0].function.arguments += new_text
         if not new_text:
             return None
         piece = DeltaToolCall(index=0, function=DeltaFunctionCall(arguments=new_text))
@@ -141,6 +130,10 @@ class ToolReading:
         if reason == "stop" and self.calls and self.plan.mode != "named":
             return "tool_calls"
         return reason
+
+
+def _call(call_id: str, name: str, arguments: str) -> ToolCallOut:
+    return ToolCallOut(id=call_id, function=FunctionCall(name=name, arguments=arguments))
 
 
 def _content(segments, whole: bool) -> str:
@@ -169,7 +162,7 @@ def tool_plan(body: ChatCompletionRequest, settings: ServerSettings, tokenizer) 
     server_parser = PARSERS[settings.tool_call_parser] if settings.tool_call_parser else None
     # Ids in the format the model's template takes back (Mistral's: nine characters).
     new_id = (server_parser or ToolCallParser)().call_id
-    rendered = [tool.model_dump(exclude_none=True) for tool in tools] or None
+    rendered = template_tools(tools)
     if choice == "none":
         return ToolPlan("none", rendered)
     if not tools:
@@ -187,8 +180,9 @@ def tool_plan(body: ChatCompletionRequest, settings: ServerSettings, tokenizer) 
                 param="tool_choice",
             )
         return ToolPlan("auto", rendered, server_parser(tokenizer), None, None, max_calls, new_id)
-    schemas = {name: _parameters(i, tool) for i, (name, tool) in enumerate(names.items())}
+    checked = {name: _parameters(i, tool) for i, (name, tool) in enumerate(names.items())}
     if choice == "required":
+        schemas = {name: schema for name, (schema, _) in checked.items()}
         constraint = _compiled(_required_schema(schemas, max_calls), "tool_choice")
         return ToolPlan("required", rendered, JsonArrayParser(), None, constraint, max_calls,
                         new_id)  # fmt: skip
@@ -199,20 +193,18 @@ def tool_plan(body: ChatCompletionRequest, settings: ServerSettings, tokenizer) 
             f"tool_choice names function {name!r}, which is not in tools ({', '.join(names)})",
             param="tool_choice.function.name",
         )
-    constraint = _compiled(schemas[name], "tool_choice")
-    return ToolPlan("named", rendered, None, name, constraint, None, new_id)
+    return ToolPlan("named", rendered, None, name, checked[name][1], None, new_id)
+
+
+def template_tools(tools) -> list[dict] | None:
+    """The request's tools as the chat template takes them (None: no tools)."""
+    return [tool.model_dump(exclude_none=True) for tool in tools or []] or None
 
 
 def _function_names(tools) -> dict:
     names = {}
     for index, tool in enumerate(tools):
         name = tool.function.name
-        if not FUNCTION_NAME.fullmatch(name):
-            raise APIError(
-                400, f"tools[{index}].function.name {name!r} does not match the pattern "
-                f"{FUNCTION_NAME.pattern}: letters, digits, _ and -, at most 64",
-                param=f"tools[{index}].function.name",
-            )  # fmt: skip
         if name in names:
             raise APIError(
                 400, f"tools[{index}].function.name {name!r} is listed twice: names are unique",
@@ -222,11 +214,11 @@ def _function_names(tools) -> dict:
     return names
 
 
-def _parameters(index: int, tool) -> dict:
-    """The function's argument schema, compiled alone first so a bad one is named."""
+def _parameters(index: int, tool) -> tuple[dict, StructuredOutputsParams]:
+    """The function's argument schema and its constraint, compiled alone so a bad one is
+    named."""
     schema = tool.function.parameters if tool.function.parameters is not None else NO_ARGUMENTS
-    _compiled(schema, f"tools[{index}].function.parameters")
-    return schema
+    return schema, _compiled(schema, f"tools[{index}].function.parameters")
 
 
 def _required_schema(schemas: dict[str, dict], max_calls: int | None) -> dict:

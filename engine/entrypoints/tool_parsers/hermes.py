@@ -35,9 +35,9 @@ class HermesParser(ToolCallParser):
                 return out  # a call still being written
             # A last call that the end of the output cut before its closing tag still
             # counts when its JSON is whole, as vLLM reads it.
-            close = len(text) if end < 0 else end + len(END)
-            body = text[start + len(START) : len(text) if end < 0 else end]
-            out.append(_call(body) or text[start:close])
+            body_end = len(text) if end < 0 else end
+            close = body_end if end < 0 else end + len(END)
+            out.append(_call(text[start + len(START) : body_end]) or text[start:close])
             pos = close
 
 

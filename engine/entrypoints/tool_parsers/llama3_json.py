@@ -36,7 +36,7 @@ class Llama3JsonParser(ToolCallParser):
                 if decoded is None and not final:
                     return out  # an object still being written
                 if not out:  # JSON, but not a call: the reply is content
-                    return [text] if final or decoded is not None else []
+                    return [text]
                 out.append(text[pos:])  # after the calls, what is not one is content
                 return out
             out.append(call)

@@ -111,6 +111,15 @@ def streamed(stream) -> tuple[str | None, list[dict], str]:
     return content, [calls[i] for i in sorted(calls)], finish
 
 
+def reply(answer, stream: bool) -> tuple[str | None, list[dict], str]:
+    """(content, calls, finish_reason) of a response, streamed or whole."""
+    if stream:
+        return streamed(answer)
+    message = answer.choices[0].message
+    calls = [call.model_dump() for call in message.tool_calls]
+    return message.content, calls, answer.choices[0].finish_reason
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_required_always_calls_a_listed_function_with_valid_arguments(client, seed):
     answer = client.chat.completions.create(
@@ -149,12 +158,7 @@ def test_a_named_function_is_called_with_arguments_of_its_schema(client, stream)
             model="tiny", messages=MESSAGES, tools=TOOLS, tool_choice=choice,
             max_tokens=200, seed=seed, stream=stream,
         )  # fmt: skip
-        if stream:
-            content, calls, finish = streamed(answer)
-        else:
-            message = answer.choices[0].message
-            content, finish = message.content, answer.choices[0].finish_reason
-            calls = [call.model_dump() for call in message.tool_calls]
+        content, calls, finish = reply(answer, stream)
         assert content is None and finish == "stop"  # OpenAI's, when a call is forced
         assert len(calls) == 1 and calls[0]["function"]["name"] == "get_weather"
         assert_valid_calls(calls)
@@ -276,19 +280,13 @@ HERMES_REPLY = (
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_auto_reads_the_calls_the_model_wrote_in_its_format(tool_server, stream):
+def test_auto_reads_the_calls_the_model_wrote_in_its_format(client, stream):
     # The model is made to write a Hermes reply (a regex), which the parser reads.
-    client = openai.OpenAI(base_url=f"{tool_server.url}/v1", api_key=API_KEY)
     answer = client.chat.completions.create(
         model="tiny", messages=MESSAGES, tools=TOOLS, max_tokens=200, stream=stream,
         extra_body={"structured_outputs": {"regex": _literal(HERMES_REPLY)}},
     )  # fmt: skip
-    if stream:
-        content, calls, finish = streamed(answer)
-    else:
-        message = answer.choices[0].message
-        content, finish = message.content, answer.choices[0].finish_reason
-        calls = [call.model_dump() for call in message.tool_calls]
+    content, calls, finish = reply(answer, stream)
     assert content == "Let me look." and finish == "tool_calls"
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
         ("get_weather", {"city": "Paris", "unit": "celsius"}), ("add", {"a": 1, "b": 2})
@@ -301,8 +299,7 @@ def test_auto_reads_the_calls_the_model_wrote_in_its_format(tool_server, stream)
     assert [c.function.name for c in one.choices[0].message.tool_calls] == ["get_weather"]
 
 
-def test_auto_without_a_call_is_content(tool_server):
-    client = openai.OpenAI(base_url=f"{tool_server.url}/v1", api_key=API_KEY)
+def test_auto_without_a_call_is_content(client):
     answer = client.chat.completions.create(
         model="tiny", messages=MESSAGES, tools=TOOLS, max_tokens=50,
         extra_body={"structured_outputs": {"regex": "It is sunny <tool"}},
