@@ -35,9 +35,11 @@ class RequestState:
     # prompt tokens whose logprobs were reported (prompt_logprobs), counting the first,
     # which has none: a chunk computed again after a preemption is not reported twice
     num_prompt_scored: int = 1
-    # structured outputs: the grammar matcher (the driver's) and the output tokens it saw
+    # structured outputs: the grammar matcher (the driver's), the output tokens it saw and
+    # the UTF-8 decoder's state after their bytes (structured_output/utf8.py)
     matcher: Any = None
     num_matched: int = 0
+    utf8_state: int = 0
 
     @property
     def num_output_tokens(self) -> int:

@@ -30,7 +30,7 @@ from pagoda.engine.distributed.parallel import (
     rank_device,
 )
 from pagoda.engine.kernels.plan import KernelPlan
-from pagoda.engine.layers.sampler import Sampler, to_device
+from pagoda.engine.layers.sampler import Sampler, SamplingBatch, to_device
 from pagoda.engine.layers.weight_source import TensorSource
 from pagoda.engine.loader.model import build_model, checkpoint_tensors
 from pagoda.engine.loader.weights import load_named_tensors
@@ -219,16 +219,14 @@ class ModelRunner:
         span = self.profile.begin() if self.profile.enabled and self.device.type == "cuda" else None
         batch = build_host_batch(scheduled, self.requests, self.config.block_size)
         need_logits = bool(batch.sampling_states)  # every rank computes its share of them
+        samples = need_logits and self.tp.is_driver
+        # Penalties and grammars read the tokens still on their way from the last step:
+        # their sampling inputs are built once the forward is queued, so the device runs
+        # it while the host waits for those tokens and fills the grammars' masks.
+        reads_history = samples and any(needs_token_history(s) for s in batch.sampling_states)
         sampling = None
-        if need_logits and self.tp.is_driver:  # queued before the forward: no GPU wait
-            if any(needs_token_history(s) for s in batch.sampling_states):
-                self._last_sampled.result()  # penalties read every token: wait for them
-            sampling = build_sampling_batch(
-                batch.sampling_states,
-                self.model_config.vocab_size,
-                self.model_config.eos_token_ids,
-                self.device,
-            )
+        if samples and not reads_history:  # queued before the forward: no GPU wait
+            sampling = self._sampling_batch(batch)
         if self.lora is not None:
             held = {s.lora_id for s in self.requests.values() if s.lora_id is not None}
             self.lora.prepare(batch, held)
@@ -238,6 +236,9 @@ class ModelRunner:
         use_graphs = self.graphs is not None and scoring is None
         shape = self.graphs.bucket(batch) if use_graphs else None
         logits, prompt = self._run_model(batch, need_logits, shape, scoring)
+        if reads_history:
+            self._last_sampled.result()  # the last step's tokens: ends before this forward
+            sampling = self._sampling_batch(batch)
         if sampling is not None:  # the host fills the grammars' masks while the device runs
             sampling.grammar = self._grammar_mask(batch.sampling_states)
         for request_id, num_tokens in scheduled.num_scheduled_tokens.items():
@@ -250,6 +251,14 @@ class ModelRunner:
             kind = "eager" if shape is None else "decode_graph" if shape.decode else "ragged_graph"
             self.profile.end(span, kind)
         return output
+
+    def _sampling_batch(self, batch: HostBatch) -> SamplingBatch:
+        return build_sampling_batch(
+            batch.sampling_states,
+            self.model_config.vocab_size,
+            self.model_config.eos_token_ids,
+            self.device,
+        )
 
     def _grammar_mask(self, states: list[RequestState]) -> tuple[list[int], torch.Tensor] | None:
         if all(s.params.structured_outputs is None for s in states):

@@ -12,6 +12,7 @@ import torch
 import xgrammar as xgr
 
 from pagoda.engine.sampling_params import StructuredOutputsParams
+from pagoda.engine.structured_output.utf8 import Utf8Masks
 
 # OpenAI's json_object: some JSON object (vLLM passes any JSON value; clients expect `{`)
 ANY_OBJECT = '{"type": "object"}'
@@ -106,6 +107,7 @@ class Grammars:
             tokenizer, vocab_size=vocab_size, stop_token_ids=sorted(stop_token_ids)
         )
         self.vocab_size = vocab_size
+        self.utf8 = Utf8Masks(info.decoded_vocab, vocab_size)
         self.compiler = xgr.GrammarCompiler(info, max_threads=2, cache_enabled=True)
         self._batch = xgr.BatchGrammarMatcher(max_threads="auto")
 
@@ -140,6 +142,7 @@ class Grammars:
             self._batch.batch_fill_next_token_bitmask(
                 [matchers[row] for row in live], bitmask, indices=live
             )
+            self.utf8.restrict(bitmask.numpy(), live, [states[row].utf8_state for row in live])
         return GrammarMask(rows, bitmask)
 
     def _follow(self, state) -> xgr.GrammarMatcher:
@@ -150,5 +153,6 @@ class Grammars:
             # a token outside the grammar was masked out; one may only follow the end
             if not state.matcher.is_terminated():
                 state.matcher.accept_token(token_id)
+                state.utf8_state = self.utf8.follow(state.utf8_state, token_id)
         state.num_matched += len(generated)
         return state.matcher
