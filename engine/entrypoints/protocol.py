@@ -30,7 +30,10 @@ class OpenAIModel(BaseModel):
 
 
 class StreamOptions(OpenAIModel):
-    include_usage: bool = False
+    include_usage: bool = False  # a last chunk with the whole request's usage
+    # vLLM's: with include_usage, every chunk also carries the usage so far
+    continuous_usage_stats: bool = False
+    include_obfuscation: bool | None = None  # OpenAI's random padding: refused when true
 
 
 class JsonSchemaFormat(OpenAIModel):

@@ -54,10 +54,23 @@ def check_common(body: SamplingFields) -> None:
         raise APIError(
             400, "stream_options is only allowed with stream=true", param="stream_options"
         )
+    if body.stream_options is not None and body.stream_options.include_obfuscation:
+        raise APIError(
+            400,
+            "stream_options.include_obfuscation is not supported (chunks are never padded): "
+            "set it to false or leave it out",
+            param="stream_options.include_obfuscation",
+        )
 
 
 def include_usage(body: SamplingFields) -> bool:
     return body.stream_options is not None and body.stream_options.include_usage
+
+
+def continuous_usage(body: SamplingFields) -> bool:
+    """vLLM's continuous_usage_stats: every chunk carries the usage so far (it takes
+    include_usage too, as in vLLM)."""
+    return include_usage(body) and body.stream_options.continuous_usage_stats
 
 
 def structured_outputs(body: SamplingFields) -> StructuredOutputsParams | None:

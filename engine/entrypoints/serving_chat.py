@@ -22,7 +22,7 @@ from pagoda.engine.entrypoints.protocol import (
     UsageInfo,
     now_seconds,
 )
-from pagoda.engine.entrypoints.sampling import include_usage, sampling_params
+from pagoda.engine.entrypoints.sampling import continuous_usage, include_usage, sampling_params
 from pagoda.engine.entrypoints.state import ServerState
 from pagoda.engine.entrypoints.streaming import (
     Deadline,
@@ -152,12 +152,15 @@ def _stream(job: _Job, ticket: Ticket):
             ChatChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=""))
             for i in range(job.prepared.params.n)
         ]
-        yield sse(_chunk(job, first))
+        yield sse(_chunk(job, first, so_far()))
         async for output in job.engine.generate(job.prepared, None, job.prepared.request_id):
             choices = [_chunk_choice(job, s, readings[s.index]) for s in output.outputs]
             generated[0] += sum(len(sample.token_ids) for sample in output.outputs)
             job.cached = output.num_cached_tokens
-            yield sse(_chunk(job, choices))
+            yield sse(_chunk(job, choices, so_far()))
+
+    def so_far() -> UsageInfo | None:
+        return job.usage(generated[0]) if continuous_usage(job.body) else None
 
     def usage_event() -> str | None:
         if not include_usage(job.body):

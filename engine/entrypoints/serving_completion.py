@@ -27,7 +27,7 @@ from pagoda.engine.entrypoints.protocol import (
     UsageInfo,
     now_seconds,
 )
-from pagoda.engine.entrypoints.sampling import include_usage, sampling_params
+from pagoda.engine.entrypoints.sampling import continuous_usage, include_usage, sampling_params
 from pagoda.engine.entrypoints.state import ServerState
 from pagoda.engine.entrypoints.streaming import (
     Deadline,
@@ -174,7 +174,8 @@ def _stream(job: _Job, ticket: Ticket):
                 choices.append(_choice(job, i, sample, job.body.echo and index not in job.started))
                 generated[0] += len(sample.token_ids)
             job.cached[i] = output.num_cached_tokens
-            yield sse(_chunk(job, choices))
+            so_far = job.usage(generated[0]) if continuous_usage(job.body) else None
+            yield sse(_chunk(job, choices, so_far))
 
     def usage_event() -> str | None:
         if not include_usage(job.body):

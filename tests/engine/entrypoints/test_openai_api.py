@@ -135,6 +135,30 @@ def test_streamed_chat_equals_the_whole_reply_for_a_seed(client):
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens == 20
 
 
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_continuous_usage_stats_put_the_usage_so_far_in_every_chunk(client, endpoint):
+    # vLLM's extension, which guidellm sends: each chunk counts the tokens streamed so far
+    options = {"include_usage": True, "continuous_usage_stats": True}
+    if endpoint == "chat":
+        create = client.chat.completions.create
+        kwargs = {"messages": [{"role": "user", "content": "Count"}]}
+    else:
+        create, kwargs = client.completions.create, {"prompt": "Count"}
+    chunks = list(create(model="tiny", max_tokens=9, stream=True, stream_options=options,
+                         **kwargs, **GREEDY))  # fmt: skip
+    counts = [chunk.usage.completion_tokens for chunk in chunks]
+    assert counts == sorted(counts) and counts[-1] == 9  # grows to the whole request's
+    assert counts[-2] == 9 and chunks[-1].choices == []  # the last content chunk has all
+    prompt = {chunk.usage.prompt_tokens for chunk in chunks}
+    assert len(prompt) == 1 and all(
+        chunk.usage.total_tokens == chunk.usage.prompt_tokens + chunk.usage.completion_tokens
+        for chunk in chunks
+    )
+    plain = list(create(model="tiny", max_tokens=3, stream=True, **kwargs,
+                        stream_options={"continuous_usage_stats": True}))  # fmt: skip
+    assert all(chunk.usage is None for chunk in plain)  # only with include_usage, as in vLLM
+
+
 def test_seeds_reproduce_and_differ(client):
     def sample(seed: int) -> str:
         reply = client.completions.create(

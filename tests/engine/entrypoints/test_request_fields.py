@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import pytest
 from openai.types import completion_create_params as openai_completion
+from openai.types.chat import ChatCompletionStreamOptionsParam
 from openai.types.chat import completion_create_params as openai_chat
 
 from pagoda.engine.entrypoints import request_fields
-from pagoda.engine.entrypoints.protocol import ChatCompletionRequest, CompletionRequest
+from pagoda.engine.entrypoints.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    StreamOptions,
+)
 from tests.engine.entrypoints.live_server import API_KEY
 
 # vLLM's request fields beyond OpenAI's, from vllm/entrypoints/openai/protocol.py at
@@ -37,6 +42,9 @@ VLLM_CHAT = VLLM_SHARED | {
     "chat_template", "chat_template_kwargs", "structural_tag", "include_reasoning",
     "reasoning_effort", "parallel_tool_calls",
 }  # fmt: skip
+
+# vLLM's StreamOptions (the same file)
+VLLM_STREAM_OPTIONS = {"include_usage", "continuous_usage_stats"}
 
 
 def keys(typed_dict) -> set[str]:
@@ -62,6 +70,14 @@ def test_every_chat_field_is_honoured_refused_or_inert():
     assert "max_completion_tokens" in fields and "chat_template" in fields
     inert = request_fields.CHAT_INERT
     assert not neither(fields, ChatCompletionRequest, request_fields.CHAT, inert)
+
+
+def test_every_stream_option_is_declared():
+    # include_usage and continuous_usage_stats are served; include_obfuscation is refused
+    # when true (test_stream_obfuscation_is_refused_when_asked_for)
+    fields = keys(ChatCompletionStreamOptionsParam) | VLLM_STREAM_OPTIONS
+    assert "include_obfuscation" in fields
+    assert fields <= set(StreamOptions.model_fields)
 
 
 @pytest.mark.parametrize(
@@ -130,6 +146,18 @@ def test_inert_fields_and_names_neither_api_knows_are_served(http):
     unknown = {"a_field_from_the_future": {"x": 1}}
     assert http.post(CMPL, json=body(CMPL, **unknown)).status_code == 200
     assert http.post(CHAT, json=body(CHAT, **unknown)).status_code == 200
+
+
+@pytest.mark.parametrize("path", [CMPL, CHAT])
+def test_stream_obfuscation_is_refused_when_asked_for(http, path):
+    asked = {"include_usage": True, "include_obfuscation": True}
+    response = http.post(path, json=body(path, stream=True, stream_options=asked))
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "stream_options.include_obfuscation"
+    assert "set it to false or leave it out" in error["message"]
+    off = {"include_obfuscation": False}
+    assert http.post(path, json=body(path, stream=True, stream_options=off)).status_code == 200
 
 
 def test_max_completion_tokens_zero_is_refused_not_taken_as_no_limit(http):
