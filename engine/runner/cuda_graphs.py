@@ -146,7 +146,9 @@ class StepGraphs:
         forward(inputs)  # warm up: compile kernels, settle the allocator
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
+        # thread_local: a CUDA call of another thread (a host copy freeing its pinned
+        # buffer, say) must not invalidate this capture; only this thread's could
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
             self.outputs[shape] = forward(inputs)
         torch.cuda.synchronize()
         self._graphs[shape] = graph
