@@ -23,7 +23,9 @@ order (the executor calls them together) and replays the same shape each step.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -146,9 +148,11 @@ class StepGraphs:
         forward(inputs)  # warm up: compile kernels, settle the allocator
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
-        # thread_local: a CUDA call of another thread (a host copy freeing its pinned
-        # buffer, say) must not invalidate this capture; only this thread's could
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+        # torch.cuda.graph collects garbage before it captures; none may be collected
+        # during the capture, whose CUDA calls (freeing a step's pinned copies and their
+        # events) would invalidate it. Another thread's calls cannot (thread_local).
+        capture = torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local")
+        with _garbage_collection_paused(), capture:
             self.outputs[shape] = forward(inputs)
         torch.cuda.synchronize()
         self._graphs[shape] = graph
@@ -200,3 +204,14 @@ def _padding_batch() -> HostBatch:
         sampling_states=[],
         tokens_on_device=[],
     )
+
+
+@contextlib.contextmanager
+def _garbage_collection_paused():
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
