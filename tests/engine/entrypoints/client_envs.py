@@ -1,5 +1,6 @@
 """Third-party clients whose pins clash with the dev venv's (lm-eval, litellm: both hold
-python-dateutil below 3, which the kubernetes client cannot use), each in a venv of its
+python-dateutil below 3, which the kubernetes client cannot use; aiperf: older pyzmq,
+psutil and rich than the server's), each in a venv of its
 own in Pagoda's cache, keyed by the hash of its requirements file (exact versions, so
 every machine runs the same client). `make client-envs` installs them (a no-op once
 there); the API tests run them against the server and skip, saying so, where one is
@@ -56,7 +57,8 @@ class ClientEnv:
 
 LM_EVAL = ClientEnv("lm-eval", HERE / "lm_eval_task" / "requirements.txt", "lm_eval")
 LITELLM = ClientEnv("litellm", HERE / "litellm_client" / "requirements.txt", "python")
-ALL = (LM_EVAL, LITELLM)
+AIPERF = ClientEnv("aiperf", HERE / "aiperf_client" / "requirements.txt", "aiperf")
+ALL = (LM_EVAL, LITELLM, AIPERF)
 
 
 def _repoint_scripts(old: Path, new: Path) -> None:

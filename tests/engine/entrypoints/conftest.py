@@ -27,6 +27,18 @@ def api_server(llama_dir, tmp_path_factory):
         server.terminate()
 
 
+@pytest.fixture(scope="session")
+def demo_server(demo_model, tmp_path_factory):
+    """The demo model (SmolLM2-135M-Instruct) served as `tiny`: a real tokenizer, for the
+    load generators, whose synthetic prompts must encode back to the tokens they counted."""
+    flags = ("--served-model-name", "tiny", "--api-key", API_KEY, "--max-model-len", "512")
+    server = LiveServer(demo_model[0], tmp_path_factory.mktemp("demo-server"), *flags)
+    try:
+        yield server.wait_ready()
+    finally:
+        server.terminate()
+
+
 @pytest.fixture
 def start_server(llama_dir, tmp_path):
     """start_server(*flags) -> a ready LiveServer, terminated after the test."""

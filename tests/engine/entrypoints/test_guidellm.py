@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.entrypoints.live_server import API_KEY, LiveServer
+from tests.engine.entrypoints.live_server import API_KEY
 
 GUIDELLM = Path(sys.executable).with_name("guidellm")
 pytestmark = pytest.mark.skipif(
@@ -47,16 +47,6 @@ def run_guidellm(url: str, model_dir: Path, request_format: str, out: Path) -> d
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     (benchmark,) = json.loads((out / "report.json").read_text())["benchmarks"]
     return benchmark
-
-
-@pytest.fixture(scope="module")
-def demo_server(demo_model, tmp_path_factory):
-    flags = ("--served-model-name", "tiny", "--api-key", API_KEY, "--max-model-len", "512")
-    server = LiveServer(demo_model[0], tmp_path_factory.mktemp("guidellm-server"), *flags)
-    try:
-        yield server.wait_ready()
-    finally:
-        server.terminate()
 
 
 @pytest.fixture(scope="module", params=["/v1/chat/completions", "/v1/completions"],
