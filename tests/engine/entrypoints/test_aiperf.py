@@ -3,8 +3,9 @@ standard path: synthetic prompts of an exact token count at a fixed concurrency,
 streamed, over text and chat completions, on the demo model (a real tokenizer, whose
 decoded prompts encode back to the same tokens). Every request must succeed, the server's
 usage must count the prompt tokens aiperf's own tokenizer counted (text completions) and
-the output tokens asked for, and tokens must arrive as they are sampled. aiperf runs from its own venv
-(client_envs.py, `make client-envs`); the test skips, saying so, where it is missing."""
+the output tokens asked for, and tokens must arrive as they are sampled. aiperf runs
+from its own venv (client_envs.py, `make client-envs`); the test skips, saying so, where
+it is missing."""
 
 from __future__ import annotations
 
