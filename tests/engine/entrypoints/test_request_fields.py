@@ -11,13 +11,24 @@ from __future__ import annotations
 
 import pytest
 from openai.types import completion_create_params as openai_completion
-from openai.types.chat import ChatCompletionStreamOptionsParam
+from openai.types.chat import (
+    ChatCompletionFunctionToolParam,
+    ChatCompletionNamedToolChoiceParam,
+    ChatCompletionStreamOptionsParam,
+)
 from openai.types.chat import completion_create_params as openai_chat
+from openai.types.shared_params import FunctionDefinition as FunctionDefinitionParam
+from openai.types.shared_params import response_format_json_schema
 
 from pagoda.engine.entrypoints import request_fields
 from pagoda.engine.entrypoints.protocol import (
     ChatCompletionRequest,
+    ChatTool,
     CompletionRequest,
+    FunctionDefinition,
+    JsonSchemaFormat,
+    NamedToolChoice,
+    ResponseFormat,
     StreamOptions,
 )
 from tests.engine.entrypoints.live_server import API_KEY
@@ -72,12 +83,23 @@ def test_every_chat_field_is_honoured_refused_or_inert():
     assert not neither(fields, ChatCompletionRequest, request_fields.CHAT, inert)
 
 
-def test_every_stream_option_is_declared():
-    # include_usage and continuous_usage_stats are served; include_obfuscation is refused
-    # when true (test_stream_obfuscation_is_refused_when_asked_for)
-    fields = keys(ChatCompletionStreamOptionsParam) | VLLM_STREAM_OPTIONS
-    assert "include_obfuscation" in fields
-    assert fields <= set(StreamOptions.model_fields)
+NESTED = [  # (OpenAI's parameter type, vLLM's extra fields, our model)
+    (ChatCompletionStreamOptionsParam, VLLM_STREAM_OPTIONS, StreamOptions),
+    (FunctionDefinitionParam, set(), FunctionDefinition),
+    (ChatCompletionFunctionToolParam, set(), ChatTool),
+    (ChatCompletionNamedToolChoiceParam, set(), NamedToolChoice),
+    (response_format_json_schema.ResponseFormatJSONSchema, set(), ResponseFormat),
+    (response_format_json_schema.JSONSchema, set(), JsonSchemaFormat),
+]
+
+
+@pytest.mark.parametrize(("openai_type", "vllm_fields", "model"), NESTED,
+                         ids=[model.__name__ for *_, model in NESTED])  # fmt: skip
+def test_every_field_of_a_nested_object_is_declared(openai_type, vllm_fields, model):
+    # Ignored extras inside an object would be silent too. Declared means applied, or
+    # refused by the server when asked for (stream_options.include_obfuscation).
+    declared = {field.alias or name for name, field in model.model_fields.items()}
+    assert keys(openai_type) | vllm_fields <= declared
 
 
 @pytest.mark.parametrize(
