@@ -91,7 +91,12 @@ class EngineCoreLoop:
         Either way the core's workers are stopped when the loop ends.
         """
         try:
-            while self._apply(self.transport.receive(self._wait_s())):
+            wait_s = self._wait_s()
+            while self._apply(self.transport.receive(wait_s)):
+                # Decided before the stats are compared: an adapter read that ends after
+                # the comparison still has the loop look again, so its new state is sent
+                # (decided after, an idle engine could wait with "loading" reported).
+                wait_s = self._wait_s()
                 if self.core.has_unfinished_requests():
                     self._emit(self.core.step())
                 elif self._refused or self.core.stats() != self._last_stats:
