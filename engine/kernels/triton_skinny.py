@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from pagoda.engine.kernels import triton_fp8_gemv
 from pagoda.engine.kernels.triton_decode import _e4m3_to_f16
 
 MAX_ROWS = 16  # rows of x one launch serves (the tensor-core tile's height)
@@ -151,16 +152,19 @@ def skinny_linear(
 # takes about what bf16 takes: widening, not memory, bounds it. Settings: the fastest at
 # one row in bench/fp8_linear_sweep.py on the H200 (bench/results/
 # 2026-12-02-h200-fp8-weights-few-rows-sweep.md); the kernel plan hands them out.
-def _fp8(block_n: int, block_k: int, num_stages: int, fp16_products: bool) -> dict:
+# `one_row`: at one row, where it is faster, the CUDA-core matrix-vector product
+# (triton_fp8_gemv.py) with its own setting.
+def _fp8(name: str, block_n: int, block_k: int, num_stages: int, fp16_products: bool) -> dict:
     return {"block_n": block_n, "block_k": block_k, "num_warps": 4, "num_stages": num_stages,
-            "fp16_products": fp16_products, "widen_in_registers": False}  # fmt: skip
+            "fp16_products": fp16_products, "widen_in_registers": False,
+            "one_row": triton_fp8_gemv.SETTINGS.get(name)}  # fmt: skip
 
 
 FP8_SETTINGS = {
-    "qkv_proj": _fp8(64, 256, 4, True),
-    "o_proj": _fp8(32, 1024, 3, False),
-    "gate_up_proj": _fp8(32, 256, 4, False),
-    "down_proj": _fp8(32, 512, 4, False),
+    "qkv_proj": _fp8("qkv_proj", 64, 256, 4, True),
+    "o_proj": _fp8("o_proj", 32, 1024, 3, False),
+    "gate_up_proj": _fp8("gate_up_proj", 32, 256, 4, False),
+    "down_proj": _fp8("down_proj", 32, 512, 4, False),
 }
 
 
@@ -217,12 +221,16 @@ def fp8_skinny_linear(
     num_stages: int = 4,
     fp16_products: bool = True,
     widen_in_registers: bool = True,
+    one_row: dict | None = None,
 ) -> torch.Tensor:
-    """x [rows <= 16, in] (bf16 or fp16) @ (weight [out, in] e4m3 * weight_scale [out]).T."""
+    """x [rows <= 16, in] (bf16 or fp16) @ (weight [out, in] e4m3 * weight_scale [out]).T;
+    a single row through triton_fp8_gemv.py with the setting `one_row` if one is given."""
     rows, fan_in = x.shape
     fan_out = weight.shape[0]
     if rows > MAX_ROWS or x.element_size() != 2:
         raise ValueError(f"fp8_skinny_linear serves at most {MAX_ROWS} 16-bit rows")
+    if rows == 1 and one_row is not None:
+        return triton_fp8_gemv.fp8_gemv(x, weight, weight_scale, bias, **one_row)
     if x.stride(1) != 1:
         x = x.contiguous()
     out = torch.empty(rows, fan_out, dtype=x.dtype, device=x.device)

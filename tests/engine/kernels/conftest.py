@@ -29,3 +29,8 @@ def fused():
 @pytest.fixture(scope="module")
 def skinny():
     return importlib.import_module("pagoda.engine.kernels.triton_skinny")
+
+
+@pytest.fixture(scope="module")
+def fp8_gemv():
+    return importlib.import_module("pagoda.engine.kernels.triton_fp8_gemv")

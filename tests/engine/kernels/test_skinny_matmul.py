@@ -112,12 +112,13 @@ def test_over_e4m3_weights_refuses_fp32_inputs(skinny):
 @pytest.mark.parametrize("projection", ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"])
 @pytest.mark.parametrize("widening", ["runner", "fp16", "bf16"])
 def test_over_e4m3_weights_at_llama_shapes(skinny, projection, rows, widening):
-    """The runner's settings (e4m3 widened in registers), and Triton's own widenings."""
+    """The runner's settings (one row: the matrix-vector product where it has a setting),
+    and Triton's own widenings on the tensor-core product."""
     fan_in, fan_out = LLAMA_8B[projection]
     x = torch.randn(rows, fan_in, device=DEVICE, dtype=torch.bfloat16)
     values, scale, reference_weight = fp8_weight(fan_out, fan_in)
     setting = dict(skinny.FP8_SETTINGS[projection])
     if widening != "runner":
-        setting.update(widen_in_registers=False, fp16_products=widening == "fp16")
+        setting.update(widen_in_registers=False, fp16_products=widening == "fp16", one_row=None)
     out = skinny.fp8_skinny_linear(x, values, scale, **setting)
     assert relative_error(out, x.double() @ reference_weight.T) < 1e-2
