@@ -7,6 +7,16 @@ and the GPU workloads, where one command runs Pagoda and the HF peer on the same
     pagoda bench prefix-reuse
     pagoda bench throughput --tensor-parallel-size 2   # scaling; or latency
     pagoda bench tp-parity --tensor-parallel-size 2    # greedy tokens of N ranks vs one
+    pagoda bench write-model /tmp/llama8b              # a checkpoint for `pagoda serve`
+
+The served path, the same requests offline and through HTTP (bench/served_path.sh):
+
+    pagoda bench throughput --model-dir /tmp/llama8b --backend pagoda \
+        --input-len 1088 --output-len 544 --range-ratio 0.88235 --seed 0
+    pagoda serve /tmp/llama8b &
+    pagoda bench serve --base-url http://127.0.0.1:8000 --workload random-ids \
+        --vocab-size 128256 --random-input-len 1088 --random-output-len 544 \
+        --random-range-ratio 0.88235 --seed 0 --ignore-eos --request-rate 12
 
 The GPU workloads write bench/results/<date>-<gpu>-<workload>.json (see results.py).
 """
@@ -36,6 +46,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a `bench serve --result-file` report or an autoscaler soak result",
     )  # fmt: skip
     plot.set_defaults(handler=_plot)
+    write_model = workloads.add_parser(
+        "write-model",
+        help="write a benchmark checkpoint (config, whole-vocabulary tokenizer, random bf16 "
+        "weights) for `pagoda serve`",
+    )
+    write_model.add_argument("out", type=Path, metavar="DIR", help="the checkpoint's folder")
+    write_model.add_argument(
+        "--shape", default="llama-3.1-8b", help="the model's shape (default llama-3.1-8b)"
+    )
+    write_model.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    write_model.set_defaults(handler=_write_model)
 
     throughput = workloads.add_parser("throughput", help="many requests at once")
     _common(throughput)
@@ -45,6 +66,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     throughput.add_argument("--input-len", type=int, default=1024, help="prompt tokens each")
     throughput.add_argument(
         "--output-len", type=int, default=1024, help="tokens generated each (EOS ignored)"
+    )
+    throughput.add_argument(
+        "--range-ratio",
+        type=float,
+        default=0.0,
+        help="each request's input and output lengths drawn from [len*(1-r), len*(1+r)], "
+        "as `bench serve --random-range-ratio` draws them (default 0: fixed lengths)",
+    )
+    throughput.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the random prompts and lengths (`bench serve --workload random-ids "
+        "--seed` draws the same requests)",
     )
     throughput.add_argument(
         "--hf-num-prompts",
@@ -127,10 +162,18 @@ def _register_serve(workloads: argparse._SubParsersAction) -> None:
     )
     serve.add_argument(
         "--workload",
-        choices=("random", "shared-prefix"),
+        choices=("random", "random-ids", "shared-prefix"),
         default="random",
-        help="random: prompts of random words (default); shared-prefix: each request is one "
-        "of --num-prefixes tenants' long prompt plus --random-input-len words of its own",
+        help="random: prompts of random words (default); random-ids: prompts of random token "
+        "ids below --vocab-size, exact lengths, the requests `bench throughput --seed` draws "
+        "offline; shared-prefix: each request is one of --num-prefixes tenants' long prompt "
+        "plus --random-input-len words of its own",
+    )
+    serve.add_argument(
+        "--vocab-size",
+        type=int,
+        default=None,
+        help="random-ids: the model's vocabulary size (ids are drawn from 3 up to it)",
     )
     serve.add_argument(
         "--num-prefixes", type=int, default=8, help="shared-prefix: tenants (default 8)"
@@ -145,7 +188,7 @@ def _register_serve(workloads: argparse._SubParsersAction) -> None:
         "--random-input-len",
         type=int,
         default=128,
-        help="prompt words (shared-prefix: after the tenant's prompt)",
+        help="prompt words (random-ids: tokens; shared-prefix: words after the tenant's prompt)",
     )
     serve.add_argument("--random-output-len", type=int, default=128, help="max_tokens")
     serve.add_argument(
@@ -160,6 +203,15 @@ def _register_serve(workloads: argparse._SubParsersAction) -> None:
     serve.add_argument("--seed", type=int, default=0, help="seed of the random prompts")
     serve.add_argument("--result-file", default=None, help="write the report as JSON here")
     serve.set_defaults(handler=_serve)
+
+
+def _write_model(args: argparse.Namespace) -> int:
+    from pagoda.engine.benchmarks.model import write_checkpoint
+
+    logger.info("writing a %s checkpoint with random weights to %s", args.shape, args.out)
+    write_checkpoint(args.out, args.shape, args.seed)
+    logger.info("wrote %s", args.out)
+    return 0
 
 
 def _plot(args: argparse.Namespace) -> int:
@@ -183,6 +235,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--shape", default="llama-3.1-8b", help="the model's shape (random bf16 weights)"
+    )
+    parser.add_argument(
+        "--model-dir",
+        type=Path,
+        default=None,
+        help="run this on-disk checkpoint (`pagoda bench write-model`) instead of random "
+        "weights built for the run; Pagoda only (--backend pagoda)",
     )
     parser.add_argument(
         "--max-num-seqs", type=int, default=256, help="the engine's batch limit (default 256)"
@@ -246,9 +305,16 @@ class _Run:
                 f"{torch.cuda.device_count()} visible"
             )
         self.tmp = tempfile.TemporaryDirectory()
-        self.model_dir = write_model_dir(Path(self.tmp.name) / "model", args.shape)
+        self.weights_on_disk = args.model_dir is not None
+        if self.weights_on_disk:
+            if self.backends != {"pagoda"}:
+                raise ValueError("--model-dir runs Pagoda only: pass --backend pagoda")
+            if not (args.model_dir / "config.json").is_file():
+                raise ValueError(f"--model-dir {args.model_dir}: no config.json there")
+            self.model_dir = args.model_dir
+        else:
+            self.model_dir = write_model_dir(Path(self.tmp.name) / "model", args.shape)
         self.hf_model = build_hf_model(self.model_dir) if "hf" in self.backends else None
-        self.weights_on_disk = False
         self.adapters = []
         if getattr(args, "num_loras", 0) < 0:
             raise ValueError(f"--num-loras must be >= 0, got {args.num_loras}")
@@ -329,19 +395,29 @@ class _Run:
 
     @property
     def vocab_size(self) -> int:
-        from pagoda.engine.benchmarks.model import SHAPES
+        import json
 
-        return SHAPES[self.args.shape]["vocab_size"]
+        return json.loads((self.model_dir / "config.json").read_text())["vocab_size"]
 
 
 def _throughput(args: argparse.Namespace) -> int:
     from pagoda.engine.benchmarks import results, workloads
-    from pagoda.engine.benchmarks.model import random_prompts
+    from pagoda.engine.benchmarks.model import random_requests
 
     if not 0 <= args.structured_share <= 1:
         raise ValueError(f"--structured-share must be in [0, 1], got {args.structured_share}")
+    if args.range_ratio and (args.structured_share or "hf" in args.backend):
+        raise ValueError(
+            "--range-ratio runs Pagoda alone and unconstrained: the HF peer and "
+            "--structured-share generate one length for every request"
+        )
     run = _Run(args)
-    prompts = random_prompts(args.num_prompts, args.input_len, run.vocab_size, seed=1)
+    requests = random_requests(
+        args.num_prompts, args.input_len, args.output_len, args.range_ratio, run.vocab_size,
+        args.seed,
+    )  # fmt: skip
+    prompts = [prompt for prompt, _ in requests]
+    output_lens = [length for _, length in requests]
     figures = {}
     if run.hf_model is not None:
         sample = prompts[: args.hf_num_prompts]
@@ -352,11 +428,11 @@ def _throughput(args: argparse.Namespace) -> int:
     if "pagoda" in run.backends:
         llm = run.pagoda()
         workloads.pagoda_throughput(llm, prompts[:16], 16)  # warm up kernels and graphs
-        figures["pagoda"] = workloads.pagoda_throughput(llm, prompts, args.output_len)
+        figures["pagoda"] = workloads.pagoda_throughput(llm, prompts, output_lens)
         if run.adapters:
             loras = run.lora_requests(len(prompts))
             workloads.pagoda_throughput(llm, prompts[:16], 16, loras[:16])  # warm up
-            lora = workloads.pagoda_throughput(llm, prompts, args.output_len, loras)
+            lora = workloads.pagoda_throughput(llm, prompts, output_lens, loras)
             lora["output_tokens_per_s_vs_base"] = (
                 lora["output_tokens_per_s"] / figures["pagoda"]["output_tokens_per_s"]
             )

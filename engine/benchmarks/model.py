@@ -1,10 +1,15 @@
 """The benchmark model: Llama-3.1-8B's shape with random bf16 weights, built on the GPU.
 
-No download exists on the benchmark machine, so the checkpoint folder holds only a
-config.json and a small tokenizer (prompts are token ids); the weights are random
-(normal, std 0.02) and, when the HF peer runs too, handed from its model to Pagoda so
-both run exactly the same weights (with tensor parallelism, through a safetensors file
-in the folder).
+No download exists on the benchmark machine, so the checkpoint folder holds a
+config.json and a built tokenizer covering the whole vocabulary (tokenizer.py: every
+token the model samples decodes to text); offline prompts are token ids. The weights
+are random (normal, std 0.02) and, when the HF peer runs too, handed from its model to
+Pagoda so both run exactly the same weights (with tensor parallelism, through a
+safetensors file in the folder). `write_checkpoint` puts the whole checkpoint on disk,
+weights included, for `pagoda serve` (`pagoda bench write-model`).
+
+Shapes: Llama-3.1-8B's, and "tiny-llama-3": its vocabulary, rope and layout at a tiny
+width, for testing the same path on a CPU.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import json
 import random
 from pathlib import Path
 
-from pagoda.engine.tools import tiny_tokenizer
+from pagoda.engine.benchmarks import tokenizer
 
 SHAPES = {
     "llama-3.1-8b": {
@@ -43,6 +48,14 @@ SHAPES = {
         "eos_token_id": 2,
     },
 }
+SHAPES["tiny-llama-3"] = SHAPES["llama-3.1-8b"] | {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 4096,
+}
 
 
 def write_model_dir(out_dir: Path, shape: str = "llama-3.1-8b") -> Path:
@@ -50,7 +63,18 @@ def write_model_dir(out_dir: Path, shape: str = "llama-3.1-8b") -> Path:
         raise ValueError(f"unknown model shape {shape!r}: use one of {', '.join(SHAPES)}")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.json").write_text(json.dumps(SHAPES[shape], indent=2))
-    tiny_tokenizer.write_tokenizer(out_dir, "byte_level", seed=0)
+    tokenizer.write(out_dir, SHAPES[shape]["vocab_size"])
+    return out_dir
+
+
+def write_checkpoint(out_dir: Path, shape: str = "llama-3.1-8b", seed: int = 0) -> Path:
+    """A whole checkpoint: config, tokenizer and random bf16 weights (built on the GPU if
+    there is one) in model.safetensors."""
+    import torch
+
+    write_model_dir(out_dir, shape)
+    model = build_hf_model(out_dir, seed, device="cuda" if torch.cuda.is_available() else "cpu")
+    save_weights(model, out_dir)
     return out_dir
 
 
@@ -59,15 +83,39 @@ def random_prompts(count: int, length: int, vocab_size: int, seed: int) -> list[
     return [[rng.randrange(3, vocab_size) for _ in range(length)] for _ in range(count)]
 
 
-def build_hf_model(model_dir: Path, seed: int = 0):
-    """transformers' own Llama on the GPU, random-initialised (std 0.02) by transformers,
-    from a fixed seed: runs at different tensor-parallel sizes get the same weights."""
+def random_requests(
+    count: int, input_len: int, output_len: int, range_ratio: float, vocab_size: int, seed: int
+) -> list[tuple[list[int], int]]:
+    """(prompt token ids, output length) for each request, each length drawn uniformly from
+    [len x (1 - range_ratio), len x (1 + range_ratio)] (vLLM's random dataset's rule): the
+    offline `bench throughput` and the served `bench serve --workload random-ids` draw the
+    same requests from the same seed."""
+    if count < 1 or input_len < 1 or output_len < 1 or not 0 <= range_ratio < 1:
+        raise ValueError(
+            "request count and lengths must be >= 1 and the range ratio in [0, 1), got "
+            f"{count}, {input_len}, {output_len}, {range_ratio}"
+        )
+    rng = random.Random(seed)
+
+    def length(mean: int) -> int:
+        return max(1, rng.randint(round(mean * (1 - range_ratio)), round(mean * (1 + range_ratio))))
+
+    requests = []
+    for _ in range(count):
+        prompt_len, max_tokens = length(input_len), length(output_len)
+        requests.append(([rng.randrange(3, vocab_size) for _ in range(prompt_len)], max_tokens))
+    return requests
+
+
+def build_hf_model(model_dir: Path, seed: int = 0, device: str = "cuda"):
+    """transformers' own Llama, random-initialised (std 0.02) by transformers, from a
+    fixed seed: runs at different tensor-parallel sizes get the same weights."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(model_dir)
     torch.manual_seed(seed)
-    with torch.device("cuda"):
+    with torch.device(device):
         model = AutoModelForCausalLM.from_config(
             config, dtype=torch.bfloat16, attn_implementation="sdpa"
         )

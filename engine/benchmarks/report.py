@@ -63,6 +63,7 @@ def summarize(results: list[RequestResult], duration: float) -> dict:
         "duration_s": duration,
         "total_prompt_tokens": prompt_tokens,
         "total_output_tokens": output_tokens,
+        "total_chunks": sum(len(r.chunk_times) for r in done),  # streamed chunks timed
         "request_throughput": len(done) / duration,
         "output_token_throughput": output_tokens / duration,
         "total_token_throughput": (prompt_tokens + output_tokens) / duration,

@@ -4,6 +4,10 @@ server, timing each token as it arrives.
 Workloads (`--workload`):
 
 - `random`: prompts of random words (`--random-input-len` of them: roughly as many tokens);
+- `random-ids`: prompts of random token ids below `--vocab-size`, sent as token lists
+  (exact lengths), with the lengths and ids `pagoda bench throughput` draws offline from
+  the same `--seed` (model.py `random_requests`): the served path against the offline
+  figure on the same requests;
 - `shared-prefix`: many tenants, each with its own long system prompt
   (`--num-prefixes` tenants, `--prefix-len` words each); every request is a random
   tenant's prompt followed by `--random-input-len` random words: what prefix caching and
@@ -11,6 +15,9 @@ Workloads (`--workload`):
 
 Output lengths are `max_tokens`, exact with `--ignore-eos`. Token counts in the report are
 the server's own (`stream_options.include_usage`), falling back to one token per chunk.
+Every chunk that carries a choice is timed, whether or not its text is empty (a token
+can decode to no text yet), as `vllm bench serve` does: TTFT is the first such chunk,
+ITL the gaps between them.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ _WORDS = (
 
 @dataclass
 class BenchRequest:
-    prompt: str
+    prompt: str | list[int]  # text, or token ids
     max_tokens: int
 
 
@@ -174,12 +181,21 @@ def _on_event(result: RequestResult, line: str, started: float) -> None:
     if event.get("usage"):
         result.prompt_tokens = event["usage"]["prompt_tokens"]
         result.output_tokens = event["usage"]["completion_tokens"]
-    if any(choice.get("text") for choice in event.get("choices", ())):
-        now = time.perf_counter()
-        result.chunk_times.append(now - started)
+    if event.get("choices"):  # the usage-only chunk at the end has none
+        result.chunk_times.append(time.perf_counter() - started)
 
 
 def requests_from_args(args: argparse.Namespace) -> list[BenchRequest]:
+    if args.workload == "random-ids":
+        from pagoda.engine.benchmarks.model import random_requests
+
+        if args.vocab_size is None or args.vocab_size < 4:
+            raise ValueError("--workload random-ids needs --vocab-size: the model's (>= 4)")
+        drawn = random_requests(
+            args.num_prompts, args.random_input_len, args.random_output_len,
+            args.random_range_ratio, args.vocab_size, args.seed,
+        )  # fmt: skip
+        return [BenchRequest(prompt, max_tokens) for prompt, max_tokens in drawn]
     if args.workload == "shared-prefix":
         return make_shared_prefix_requests(
             args.num_prompts,

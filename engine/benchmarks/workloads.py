@@ -24,15 +24,20 @@ def _greedy(max_tokens: int) -> SamplingParams:
 
 
 def pagoda_throughput(
-    llm: LLM, prompts: list[list[int]], output_len: int, lora_requests=None
+    llm: LLM, prompts: list[list[int]], output_len: int | list[int], lora_requests=None
 ) -> dict:
     """Tokens per second, and the profile: device seconds per kind of step, and the
-    seconds the device waited between steps for the host (step_profile.py).
+    seconds the device waited between steps for the host (step_profile.py), with the
+    mean decode step's device time. `output_len`: one for all, or one per prompt.
     `lora_requests`: one adapter per prompt (None: the base model)."""
+    if isinstance(output_len, int):
+        params = _greedy(output_len)
+    else:
+        params = [_greedy(length) for length in output_len]
     profile = llm.engine.core.runner.profile
     profile.enabled = True
     started = time.perf_counter()
-    outputs = llm.generate(prompts, _greedy(output_len), lora_request=lora_requests)
+    outputs = llm.generate(prompts, params, lora_request=lora_requests)
     elapsed = time.perf_counter() - started
     profile.enabled = False
     generated = sum(len(o.outputs[0].token_ids) for o in outputs)
@@ -40,6 +45,10 @@ def pagoda_throughput(
     spans = profile.summary()
     device_s = sum(value for key, value in spans.items() if key.startswith("device_s_"))
     figures["profile"] = {**spans, "between_steps_s": elapsed - device_s}
+    if spans.get("steps_decode_graph"):  # what a served stream's inter-token gap compares to
+        figures["decode_step_ms"] = (
+            1e3 * spans["device_s_decode_graph"] / spans["steps_decode_graph"]
+        )
     return figures
 
 

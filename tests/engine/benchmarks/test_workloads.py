@@ -32,6 +32,12 @@ def test_throughput_counts_every_generated_token(llm):
         assert profile["between_steps_s"] == figures["elapsed_s"]
 
 
+def test_throughput_takes_an_output_length_per_request(llm):
+    prompts = random_prompts(3, 12, 1000, seed=0)
+    figures = workloads.pagoda_throughput(llm, prompts, [2, 5, 9])
+    assert figures["output_tokens"] == 16 and figures["requests"] == 3
+
+
 def test_latency_figures(llm):
     figures = workloads.pagoda_latency(llm, 16, 8, 64, iters=2, vocab_size=1000)
     assert figures["decode_tokens_per_s"] > 0 and figures["ttft_long_ms"] > 0
