@@ -1,6 +1,13 @@
-"""FP8 weights (`quantization="fp8"`) against bf16 on the same random weights.
+"""FP8 weights (`quantization="fp8"`) and an fp8 KV cache against bf16 on the same weights.
 
     python bench/fp8_accuracy.py [--num-prompts 64] [--input-len 256] [--output-len 32]
+    python bench/fp8_accuracy.py --model-dir DIR [--text FILE]   # a trained checkpoint
+
+With `--model-dir` (the demo model, `make demo-model`: SmolLM2-135M-Instruct) the weights
+are the checkpoint's and the prompts windows of real text (`--text`, default README.md);
+on a CPU the FP8 weights run the dequantising reference only (the rounding W8A8 computes
+on the GPU, its products in the engine's dtype), and a float32 engine is added beside
+bf16 for the scale of bf16's own rounding. Without it:
 
 The benchmark model (Llama-3.1-8B's shape, random bf16 weights from one seed: the FP8
 engine draws the same numbers and rounds them, loader/model.py `randomize`) is served by
@@ -22,8 +29,8 @@ Figures, over a fixed prompt set of random token ids:
   the gap under bf16 between the two tokens; within 0.05 nats it is a near-tie).
 
 Random weights make flat distributions (the entropy is printed beside log(vocab)), so
-these figures say that the FP8 path computes the same function, not how a trained
-model's quality moves.
+those figures say that the FP8 path computes the same function, not how a trained
+model's quality moves: that is what `--model-dir` measures.
 """
 
 from __future__ import annotations
@@ -49,18 +56,21 @@ ENGINES = {  # name: (LLM settings, float8 products allowed)
     "fp8-reference": ({"quantization": "fp8"}, False),
     "bf16-fp8-kv": ({"kv_cache_dtype": "fp8"}, True),
 }
+CPU_ENGINES = ("bf16", "fp8-reference", "bf16-fp8-kv", "fp32")  # no float8 products there
+ENGINES["fp32"] = ({"dtype": "float32"}, True)
 
 
-def served(model_dir: Path, name: str, prompts, output_len: int):
+def served(model_dir: Path, name: str, prompts, output_len: int, trained: bool = False):
     """(last-prompt-token logits [prompts, vocab] float32, greedy completions)."""
     settings, products = ENGINES[name]
+    settings = {"dtype": "bfloat16", "load_format": "safetensors" if trained else "dummy", **settings}
     torch.manual_seed(0)  # the random weights' seed, the same for every engine
     # the reference path on the GPU: the kernel plan told there are no float8 products
     off = mock.patch("pagoda.engine.kernels.plan._fp8_products", return_value=False)
     with contextlib.nullcontext() if products else off:
         llm = LLM(
-            str(model_dir), load_format="dummy", dtype="bfloat16", gpu_memory_utilization=0.45,
-            max_model_len=1024, max_num_seqs=64, **settings,
+            str(model_dir), gpu_memory_utilization=0.45, max_model_len=1024, max_num_seqs=64,
+            **settings,
         )  # fmt: skip
     model = llm.engine.core.runner.model
     captured = []
@@ -77,6 +87,17 @@ def served(model_dir: Path, name: str, prompts, output_len: int):
     gc.collect()
     torch.cuda.empty_cache()
     return logits, completions
+
+
+def text_prompts(model_dir: Path, text: Path, count: int, length: int) -> list[list[int]]:
+    """`count` windows of `length` tokens, evenly spaced over the text."""
+    from transformers import AutoTokenizer
+
+    ids = AutoTokenizer.from_pretrained(model_dir)(text.read_text()).input_ids
+    if len(ids) < length + count:
+        raise ValueError(f"{text} has {len(ids)} tokens: too few for {count} x {length}")
+    stride = (len(ids) - length) // count
+    return [ids[i * stride : i * stride + length] for i in range(count)]
 
 
 def compare(bf16: torch.Tensor, fp8: torch.Tensor) -> dict:
@@ -100,14 +121,31 @@ def main() -> None:
     parser.add_argument("--input-len", type=int, default=256)
     parser.add_argument("--output-len", type=int, default=32)
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON")
+    parser.add_argument(
+        "--model-dir", type=Path, default=None,
+        help="a trained checkpoint instead of random weights (prompts: windows of --text)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--text", type=Path, default=Path("README.md"), help="--model-dir: the prompts' text"
+    )
     args = parser.parse_args()
-    vocab = SHAPES["llama-3.1-8b"]["vocab_size"]
-    prompts = random_prompts(args.num_prompts, args.input_len, vocab, seed=7)
-    with tempfile.TemporaryDirectory() as tmp:
-        model_dir = write_model_dir(Path(tmp) / "model")
-        runs = {name: served(model_dir, name, prompts, args.output_len) for name in ENGINES}
-    pairs = [("bf16", name) for name in ENGINES if name != "bf16"]
-    pairs.append(("fp8-reference", "fp8-w8a8"))
+    names = list(ENGINES) if torch.cuda.is_available() else list(CPU_ENGINES)
+    if args.model_dir is None:
+        names.remove("fp32")  # random weights: the FP8 comparison only
+        vocab = SHAPES["llama-3.1-8b"]["vocab_size"]
+        prompts = random_prompts(args.num_prompts, args.input_len, vocab, seed=7)
+        with tempfile.TemporaryDirectory() as tmp:
+            model_dir = write_model_dir(Path(tmp) / "model")
+            runs = {name: served(model_dir, name, prompts, args.output_len) for name in names}
+    else:
+        prompts = text_prompts(args.model_dir, args.text, args.num_prompts, args.input_len)
+        runs = {
+            name: served(args.model_dir, name, prompts, args.output_len, trained=True)
+            for name in names
+        }
+    pairs = [("bf16", name) for name in names if name != "bf16"]
+    if "fp8-w8a8" in names:
+        pairs.append(("fp8-reference", "fp8-w8a8"))
     figures = {"settings": vars(args) | {"out": str(args.out)}}
     for want, got in pairs:
         (want_logits, want_greedy), (got_logits, got_greedy) = runs[want], runs[got]
@@ -115,7 +153,7 @@ def main() -> None:
         greedy["divergences"] = greedy["divergences"][:3]
         figures[f"{got} vs {want}"] = {"next_token": compare(want_logits, got_logits),
                                        "greedy": greedy}  # fmt: skip
-    text = json.dumps(figures, indent=2)
+    text = json.dumps(figures, indent=2, default=str)
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
