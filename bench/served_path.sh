@@ -65,5 +65,5 @@ print(f"served {sys.argv[2]}: {r['completed']} ok, {r['failed']} failed, "
 EOF
 }
 serve inf "$num" inf
-serve "rate$rate" "$rated" "$rate"
+[ "$rated" -gt 0 ] && serve "rate$rate" "$rated" "$rate"  # RATED=0: the offline comparison only
 kill $server; wait $server 2>/dev/null

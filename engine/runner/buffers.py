@@ -68,6 +68,8 @@ class InputBuffers:
             "query_start_loc": ((max_seqs + 1,), torch.int32),
             "seq_lens": ((max_seqs,), torch.int32),
             "block_tables": ((max_seqs, max_blocks_per_seq), torch.int32),
+            # the step's tables packed [rows, widest table] (see _stage_block_tables)
+            "packed_block_tables": ((max_seqs * max_blocks_per_seq,), torch.int32),
             "logits_indices": ((max_seqs,), torch.int64),
             # tokens still on the device: where they go in input_ids, and from which row
             # of the previous step's sampled tokens
@@ -109,15 +111,15 @@ class InputBuffers:
         self._fill(host["slot_mapping"], batch.slot_mapping, tokens, self.scratch_slot)
         self._fill(host["seq_lens"], batch.seq_lens, rows, 1)
         host["query_start_loc"][: batch.num_seqs + 1] = batch.query_start_loc
-        width = batch.block_tables.shape[1]
-        host["block_tables"][: batch.num_seqs, :width] = batch.block_tables
-        host["block_tables"][batch.num_seqs : rows, 0] = self.scratch_block
+        padding_width = 0
         if pad_to and pad_to.decode:  # one token per padding row
             host["query_start_loc"][batch.num_seqs + 1 : rows + 1] = np.arange(
                 batch.num_seqs + 1, rows + 1
             )
         elif pad_to:
-            width = max(width, self._pad_ragged(batch, pad_to))
+            padding_width = self._pad_ragged(batch, pad_to)
+        width = max(batch.block_tables.shape[1], padding_width)
+        self._stage_block_tables(batch, rows, width)
         num_sampling = len(batch.logits_indices)
         host["logits_indices"][:num_sampling] = batch.logits_indices
         self._copy("input_ids", tokens)
@@ -129,7 +131,9 @@ class InputBuffers:
         if batch.tokens_on_device:
             self._gather_device_tokens(batch, previous_sampled)
         dev_tables = self.dev["block_tables"]
-        dev_tables[:rows, :width].copy_(self.host["block_tables"][:rows, :width], non_blocking=True)
+        self._copy("packed_block_tables", rows * width)
+        packed = self.dev["packed_block_tables"][: rows * width].view(rows, width)
+        dev_tables[:rows, :width].copy_(packed)  # on the device: a strided copy is cheap there
         if self._copied is not None:
             self._copied.record()
         if pad_to:  # the kernels' launch shapes are the graph's, whatever the batch
@@ -167,11 +171,21 @@ class InputBuffers:
         offsets = np.arange(count) % self.block_size
         host["slot_mapping"][first : shape.tokens] = self.scratch_slot + offsets
         host["query_start_loc"][batch.num_seqs + 1 : shape.rows + 1] = shape.tokens
-        width = -(-count // self.block_size)
         if count:
             host["seq_lens"][batch.num_seqs] = count
-            host["block_tables"][batch.num_seqs, :width] = self.scratch_block
-        return width
+        return -(-count // self.block_size)
+
+    def _stage_block_tables(self, batch: HostBatch, rows: int, width: int) -> None:
+        """The step's block tables packed row after row, `width` entries each, in one
+        contiguous host buffer. The device table is wider (its rows are max_blocks_per_seq
+        apart, the stride the CUDA graphs were captured with); copying its [:rows, :width]
+        corner straight from the host would go through a pageable temporary and block the
+        host for the whole copy, so the packed rows go over and the device spreads them."""
+        tables = self.host_np["packed_block_tables"][: rows * width].reshape(rows, width)
+        num_seqs, batch_width = batch.num_seqs, batch.block_tables.shape[1]
+        tables[:num_seqs, :batch_width] = batch.block_tables
+        tables[:num_seqs, batch_width:] = self.scratch_block
+        tables[num_seqs:rows] = self.scratch_block  # padding rows read the scratch block only
 
     def _gather_device_tokens(
         self, batch: HostBatch, previous_sampled: tuple[torch.Tensor, list[int]] | None

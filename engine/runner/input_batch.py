@@ -9,6 +9,7 @@ in on the device.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -198,9 +199,14 @@ def _token_ids(
 
 
 def _pad(rows: list[list[int]]) -> np.ndarray:
-    out = np.zeros((len(rows), max(len(row) for row in rows)), dtype=np.int32)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = row
+    """The rows left-aligned in one zero-padded array: one pass over their values in C
+    (a row-by-row fill cost a decode step of 256 long requests ~10% of its host time)."""
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    out = np.zeros((len(rows), int(lengths.max())), dtype=np.int32)
+    values = itertools.chain.from_iterable(rows)
+    out[np.arange(out.shape[1]) < lengths[:, None]] = np.fromiter(
+        values, dtype=np.int32, count=int(lengths.sum())
+    )
     return out
 
 
@@ -250,11 +256,17 @@ def _banned(states: list[RequestState], eos_token_ids: frozenset[int]):
 def _bad_word_ends(state: RequestState) -> list[int]:
     """Last tokens of the bad words whose beginning ends the output so far (a one-token
     word: always), as vLLM bans them."""
-    output = state.token_ids[state.num_prompt_tokens :]
+    words = state.params.bad_words_token_ids
+    if not words:
+        return []
+    tokens = state.token_ids  # only the output's last len(prefix) tokens are compared:
+    num_output = len(tokens) - state.num_prompt_tokens  # no copy of the whole output
     ends = []
-    for word in state.params.bad_words_token_ids:
+    for word in words:
         prefix = word[:-1]
-        if len(prefix) <= len(output) and (not prefix or output[-len(prefix) :] == prefix):
+        if len(prefix) <= num_output and (
+            not prefix or tokens[len(tokens) - len(prefix) :] == prefix
+        ):
             ends.append(word[-1])
     return ends
 

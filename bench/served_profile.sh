@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Where the host time goes while `pagoda serve` streams 256 requests at a time on one GPU:
+# py-spy samples the API process and the engine core process (--subprocesses) for
+# SECONDS while every request of the served path's workload is in flight.
+#   bash bench/served_profile.sh fp8 OUT     (or bf16; py-spy on PATH or in /tmp/site/bin)
+# Writes OUT/profile-MODE.txt (collapsed stacks, one line a stack: `stack count`) and
+# OUT/top-MODE.txt (the functions most on the stacks, per process).
+set -uo pipefail
+mode=$1 out=$2 seconds=${SECONDS_SAMPLED:-15} checkpoint=${CHECKPOINT:-/tmp/llama8b}
+export PYTHONUNBUFFERED=1 PATH=$PATH:/tmp/site/bin
+pagoda() { python -c 'import sys; from pagoda.cli import main; sys.exit(main())' "$@"; }
+python -m pip install -q --no-deps --no-build-isolation -e . >"$out/pip.log" 2>&1 || exit 1
+flags=()
+[ "$mode" = fp8 ] && flags=(--quantization fp8 --kv-cache-dtype fp8)
+[ -f "$checkpoint/model.safetensors" ] || pagoda bench write-model "$checkpoint" 2>&1 | tail -n 1
+pagoda serve "$checkpoint" --port 8000 --served-model-name llama8b "${flags[@]}" \
+    --max-num-seqs 256 --max-num-batched-tokens 8192 --max-model-len 4096 \
+    --gpu-memory-utilization 0.9 >"$out/server-$mode.log" 2>&1 &
+server=$!
+for _ in $(seq 300); do
+    curl -sf http://127.0.0.1:8000/health >/dev/null && break
+    kill -0 $server 2>/dev/null || { tail -n 20 "$out/server-$mode.log"; exit 1; }
+    sleep 1
+done
+pagoda bench serve --base-url http://127.0.0.1:8000 --workload random-ids --vocab-size 128256 \
+    --random-input-len 1088 --random-output-len 544 --random-range-ratio 0.88235294 --seed 0 \
+    --ignore-eos --num-prompts 1000 --request-rate inf \
+    --result-file "$out/served-$mode-profiled.json" >"$out/bench-$mode.log" 2>&1 &
+bench=$!
+sleep 20  # past the first prefills: the decode-heavy middle of the run
+py-spy record --subprocesses --nonblocking -p $server -d "$seconds" -r 200 -f raw \
+    -o "$out/profile-$mode.txt" >"$out/py-spy-$mode.log" 2>&1 || tail -n 5 "$out/py-spy-$mode.log"
+wait $bench
+grep -E "Output token throughput|Successful|Failed" "$out/bench-$mode.log"
+kill $server; wait $server 2>/dev/null
+python - "$out/profile-$mode.txt" <<'PY' | tee "$out/top-$mode.txt"
+import collections, sys
+by_process = collections.defaultdict(collections.Counter)
+totals = collections.Counter()
+for line in open(sys.argv[1]):
+    stack, _, count = line.rstrip().rpartition(" ")
+    frames = stack.split(";")
+    process, count = frames[0], int(count)
+    totals[process] += count
+    for frame in set(frames[1:]):  # inclusive: every function on the stack
+        by_process[process][frame] += count
+for process, total in totals.most_common(4):
+    print(f"== {process}: {total} samples")
+    for frame, count in by_process[process].most_common(25):
+        print(f"{100 * count / total:5.1f}%  {frame[:150]}")
+PY
