@@ -14,7 +14,8 @@ set -uo pipefail
 mode=$1 out=$2
 num=${NUM:-1000} rated=${RATED:-600} rate=${RATE:-12} checkpoint=${CHECKPOINT:-/tmp/llama8b}
 export PYTHONUNBUFFERED=1 PAGODA_COMMIT=${PAGODA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}
-pagoda() { python -c 'import sys; from pagoda.cli import main; sys.exit(main())' "$@"; }
+cli=(python -c 'import sys; from pagoda.cli import main; sys.exit(main())')
+pagoda() { "${cli[@]}" "$@"; }
 python -m pip install -q --no-deps --no-build-isolation -e . >"$out/pip.log" 2>&1 || exit 1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 
@@ -38,7 +39,9 @@ print(f"offline: {f['output_tokens_per_s']:.0f} output tok/s, {f['requests'] / f
       f"req/s, decode step {f.get('decode_step_ms', float('nan')):.2f} ms")
 EOF
 
-pagoda serve "$checkpoint" --port 8000 --served-model-name llama8b "${flags[@]}" \
+curl -sf http://127.0.0.1:8000/health >/dev/null && { echo "port 8000 is taken"; exit 1; }
+# the server's own pid (not a subshell's), so that killing it stops it
+"${cli[@]}" serve "$checkpoint" --port 8000 --served-model-name llama8b "${flags[@]}" \
     --max-num-seqs 256 --max-num-batched-tokens 8192 --max-model-len 4096 \
     --gpu-memory-utilization 0.9 >"$out/server-$mode.log" 2>&1 &
 server=$!

@@ -8,12 +8,15 @@
 set -uo pipefail
 mode=$1 out=$2 seconds=${SECONDS_SAMPLED:-15} checkpoint=${CHECKPOINT:-/tmp/llama8b}
 export PYTHONUNBUFFERED=1 PATH=$PATH:/tmp/site/bin
-pagoda() { python -c 'import sys; from pagoda.cli import main; sys.exit(main())' "$@"; }
+cli=(python -c 'import sys; from pagoda.cli import main; sys.exit(main())')
+pagoda() { "${cli[@]}" "$@"; }
 python -m pip install -q --no-deps --no-build-isolation -e . >"$out/pip.log" 2>&1 || exit 1
 flags=()
 [ "$mode" = fp8 ] && flags=(--quantization fp8 --kv-cache-dtype fp8)
 [ -f "$checkpoint/model.safetensors" ] || pagoda bench write-model "$checkpoint" 2>&1 | tail -n 1
-pagoda serve "$checkpoint" --port 8000 --served-model-name llama8b "${flags[@]}" \
+curl -sf http://127.0.0.1:8000/health >/dev/null && { echo "port 8000 is taken"; exit 1; }
+# the server's own pid (not a subshell's), so that killing it stops it
+"${cli[@]}" serve "$checkpoint" --port 8000 --served-model-name llama8b "${flags[@]}" \
     --max-num-seqs 256 --max-num-batched-tokens 8192 --max-model-len 4096 \
     --gpu-memory-utilization 0.9 >"$out/server-$mode.log" 2>&1 &
 server=$!
