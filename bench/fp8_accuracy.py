@@ -63,7 +63,11 @@ ENGINES["fp32"] = ({"dtype": "float32"}, True)
 def served(model_dir: Path, name: str, prompts, output_len: int, trained: bool = False):
     """(last-prompt-token logits [prompts, vocab] float32, greedy completions)."""
     settings, products = ENGINES[name]
-    settings = {"dtype": "bfloat16", "load_format": "safetensors" if trained else "dummy", **settings}
+    settings = {
+        "dtype": "bfloat16",
+        "load_format": "safetensors" if trained else "dummy",
+        **settings,
+    }
     torch.manual_seed(0)  # the random weights' seed, the same for every engine
     # the reference path on the GPU: the kernel plan told there are no float8 products
     off = mock.patch("pagoda.engine.kernels.plan._fp8_products", return_value=False)

@@ -4,7 +4,7 @@
 # SECONDS while every request of the served path's workload is in flight.
 #   bash bench/served_profile.sh fp8 OUT     (or bf16; py-spy on PATH or in /tmp/site/bin)
 # Writes OUT/profile-MODE.txt (collapsed stacks, one line a stack: `stack count`) and
-# OUT/top-MODE.txt (the functions most on the stacks, per process).
+# OUT/top-MODE.txt (per process: the functions sampled in, and those most on the stacks).
 set -uo pipefail
 mode=$1 out=$2 seconds=${SECONDS_SAMPLED:-15} checkpoint=${CHECKPOINT:-/tmp/llama8b}
 export PYTHONUNBUFFERED=1 PATH=$PATH:/tmp/site/bin
@@ -37,18 +37,24 @@ wait $bench
 grep -E "Output token throughput|Successful|Failed" "$out/bench-$mode.log"
 kill $server; wait $server 2>/dev/null
 python - "$out/profile-$mode.txt" <<'PY' | tee "$out/top-$mode.txt"
+# Per process (the API server, and the engine core: the stacks with a second process in
+# them), the functions the samples were in (self) and the ones on their stacks (inclusive).
+# py-spy counts a thread waiting for the GIL or spinning in Event.synchronize as busy.
 import collections, sys
-by_process = collections.defaultdict(collections.Counter)
-totals = collections.Counter()
+totals, own, on_stack = collections.Counter(), {}, {}
 for line in open(sys.argv[1]):
     stack, _, count = line.rstrip().rpartition(" ")
     frames = stack.split(";")
-    process, count = frames[0], int(count)
+    process = "engine core" if sum(f.startswith("process ") for f in frames) > 1 else "API server"
+    body, count = [f for f in frames if not f.startswith("process ")], int(count)
     totals[process] += count
-    for frame in set(frames[1:]):  # inclusive: every function on the stack
-        by_process[process][frame] += count
-for process, total in totals.most_common(4):
+    own.setdefault(process, collections.Counter())[body[-1] if body else "?"] += count
+    for frame in set(body):
+        on_stack.setdefault(process, collections.Counter())[frame] += count
+for process, total in totals.most_common():
     print(f"== {process}: {total} samples")
-    for frame, count in by_process[process].most_common(25):
-        print(f"{100 * count / total:5.1f}%  {frame[:150]}")
+    for title, counter, rows in (("self", own, 20), ("inclusive", on_stack, 40)):
+        print(f"-- {title}")
+        for frame, count in counter[process].most_common(rows):
+            print(f"{100 * count / total:5.1f}%  {frame[:140]}")
 PY

@@ -38,32 +38,42 @@ def _device_tables(buffers: InputBuffers, rows: int, width: int) -> list[list[in
     return buffers.dev["block_tables"][:rows, :width].tolist()
 
 
-def test_each_row_holds_its_blocks_and_the_scratch_block_past_them():
+def _own_blocks(buffers: InputBuffers, tables: list[list[int]]) -> list[list[int]]:
+    """Each real row's first len(blocks) entries: all a kernel reads of it."""
+    device = buffers.dev["block_tables"]
+    return [device[row, : len(blocks)].tolist() for row, blocks in enumerate(tables)]
+
+
+def test_each_row_holds_its_blocks_at_the_full_stride():
     buffers = _buffers()
-    inputs = buffers.load(_batch([1, 1, 1], [[3, 4, 5], [7], [8, 9]]))
+    tables = [[3, 4, 5], [7], [8, 9]]
+    inputs = buffers.load(_batch([1, 1, 1], tables))
     assert inputs.meta.block_tables.shape == (3, 16)  # the full stride, as graphs capture
-    assert _device_tables(buffers, 3, 3) == [[3, 4, 5], [7, SCRATCH, SCRATCH], [8, 9, SCRATCH]]
+    assert _own_blocks(buffers, tables) == tables
 
 
 def test_a_narrower_step_after_a_wider_one_overwrites_what_it_reads():
     buffers = _buffers()
     buffers.load(_batch([1, 1], [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12]]))
-    buffers.load(_batch([1, 1], [[20], [21, 22]]))
-    assert _device_tables(buffers, 2, 2) == [[20, SCRATCH], [21, 22]]
+    tables = [[20], [21, 22]]
+    buffers.load(_batch([1, 1], tables))
+    assert _own_blocks(buffers, tables) == tables
 
 
 def test_decode_padding_rows_read_only_the_scratch_block():
     buffers = _buffers()
-    buffers.load(_batch([1, 1, 1], [[3, 4], [5], [6]]), pad_to=PaddedShape(4, 4, True))
-    assert _device_tables(buffers, 4, 2) == [[3, 4], [5, SCRATCH], [6, SCRATCH], [SCRATCH] * 2]
+    tables = [[3, 4], [5], [6]]
+    buffers.load(_batch([1, 1, 1], tables), pad_to=PaddedShape(4, 4, True))
+    assert _own_blocks(buffers, tables) == tables
+    assert _device_tables(buffers, 4, 2)[3] == [SCRATCH] * 2
 
 
 def test_the_ragged_padding_row_spans_as_many_scratch_blocks_as_its_tokens_need():
     buffers = _buffers()
     # 3 real tokens padded to 16: 13 padding tokens over ceil(13 / 4) = 4 scratch blocks,
     # wider than any real row's table
-    inputs = buffers.load(_batch([2, 1], [[3], [5]]), pad_to=PaddedShape(16, 4, False))
-    assert _device_tables(buffers, 4, 4) == [[3] + [SCRATCH] * 3, [5] + [SCRATCH] * 3] + [
-        [SCRATCH] * 4
-    ] * 2
+    tables = [[3], [5]]
+    inputs = buffers.load(_batch([2, 1], tables), pad_to=PaddedShape(16, 4, False))
+    assert _own_blocks(buffers, tables) == tables
+    assert _device_tables(buffers, 4, 4)[2:] == [[SCRATCH] * 4] * 2
     assert inputs.meta.seq_lens.tolist()[2] == 13
