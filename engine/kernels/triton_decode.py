@@ -47,6 +47,79 @@ def _e4m3_to_f16(x):
 
 
 @triton.jit
+def _tile_offsets(
+    table, tile_start, end, seq_len, sliding_window, offs_n, head_offset,
+    stride_cache_block, stride_cache_slot, BLOCK_SIZE: tl.constexpr,
+):  # fmt: skip
+    """The tile's tokens that count, and each one's offset in the cache (page + slot)."""
+    positions = tile_start + offs_n
+    valid = positions < end
+    if sliding_window > 0:
+        valid = valid & (positions > seq_len - 1 - sliding_window)
+    block_ids = tl.load(table + positions // BLOCK_SIZE, mask=valid, other=0)
+    token_offs = (
+        block_ids.to(tl.int64) * stride_cache_block
+        + (positions % BLOCK_SIZE) * stride_cache_slot
+        + head_offset
+    )
+    return valid, token_offs
+
+
+@triton.jit
+def _load_kv(k_cache_ptr, v_cache_ptr, token_offs, valid, offs_d, d_mask):
+    """K as [dim, tokens] (the scores' operand), V as [tokens, dim], as the cache holds them."""
+    k = tl.load(
+        k_cache_ptr + token_offs[None, :] + offs_d[:, None],
+        mask=valid[None, :] & d_mask[:, None],
+        other=0.0,
+    )
+    v = tl.load(
+        v_cache_ptr + token_offs[:, None] + offs_d[None, :],
+        mask=valid[:, None] & d_mask[None, :],
+        other=0.0,
+    )
+    return k, v
+
+
+@triton.jit
+def _scores(
+    q, k, valid, m_i, l_i, scale_log2,
+    IEEE_FP32: tl.constexpr, DOT_FP16: tl.constexpr, WIDEN: tl.constexpr,
+):  # fmt: skip
+    """One tile's softmax numerators against the running maximum: (p, new maximum, new
+    denominator, the factor that rescales what was accumulated before)."""
+    # a float8 cache is widened to the products' dtype
+    if DOT_FP16 and WIDEN == 2:  # noqa: SIM108 - constexpr branches compile separately
+        k = _e4m3_to_f16(k)
+    else:
+        k = k.to(q.dtype)
+    if IEEE_FP32:  # noqa: SIM108 - constexpr branches compile separately
+        s = tl.dot(q, k, input_precision="ieee")
+    else:
+        s = tl.dot(q, k)
+    s = tl.where(valid[None, :], s * scale_log2, float("-inf"))  # [GROUP, TILE_N]
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.exp2(s - m_safe[:, None])
+    alpha = tl.exp2(m_i - m_safe)
+    return p, m_new, l_i * alpha + tl.sum(p, 1), alpha
+
+
+@triton.jit
+def _accumulate(
+    acc, p, v, alpha, dtype,
+    IEEE_FP32: tl.constexpr, DOT_FP16: tl.constexpr, WIDEN: tl.constexpr,
+):  # fmt: skip
+    if DOT_FP16 and WIDEN >= 1:  # noqa: SIM108
+        v = _e4m3_to_f16(v)
+    else:
+        v = v.to(dtype)
+    if IEEE_FP32:
+        return acc * alpha[:, None] + tl.dot(p.to(dtype), v, input_precision="ieee")
+    return acc * alpha[:, None] + tl.dot(p.to(dtype), v)
+
+
+@triton.jit
 def _decode_partial_kernel(
     q_ptr,  # [num_seqs, heads, dim]
     k_cache_ptr,  # [blocks, block_size, kv_heads, dim]
@@ -75,6 +148,7 @@ def _decode_partial_kernel(
     IEEE_FP32: tl.constexpr,
     DOT_FP16: tl.constexpr,  # float8 K/V: products in fp16 (see dot_in_fp16)
     WIDEN: tl.constexpr,  # with DOT_FP16: WIDEN_BY_TRITON, WIDEN_V or WIDEN_KV
+    PREFETCH: tl.constexpr,  # load the next tile's K/V before this tile's products
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -107,48 +181,47 @@ def _decode_partial_kernel(
     acc = tl.zeros([GROUP_PADDED, HEAD_DIM_PADDED], dtype=tl.float32)
     offs_n = tl.arange(0, TILE_N)
     table = block_tables_ptr + seq * stride_table_seq
-    for tile_start in range(start, end, TILE_N):
-        positions = tile_start + offs_n
-        valid = positions < end
-        if sliding_window > 0:
-            valid = valid & (positions > seq_len - 1 - sliding_window)
-        block_ids = tl.load(table + positions // BLOCK_SIZE, mask=valid, other=0)
-        token_offs = (
-            block_ids.to(tl.int64) * stride_cache_block
-            + (positions % BLOCK_SIZE) * stride_cache_slot
-            + kv_head * stride_cache_head
-        )
-        kv_mask = valid[None, :] & d_mask[:, None]
-        k = tl.load(k_cache_ptr + token_offs[None, :] + offs_d[:, None], mask=kv_mask, other=0.0)
-        # a float8 cache is widened to the products' dtype
-        if DOT_FP16 and WIDEN == 2:  # noqa: SIM108 - constexpr branches compile separately
-            k = _e4m3_to_f16(k)
-        else:
-            k = k.to(q.dtype)
-        if IEEE_FP32:  # noqa: SIM108 - constexpr branches compile separately
-            s = tl.dot(q, k, input_precision="ieee")
-        else:
-            s = tl.dot(q, k)
-        s = tl.where(valid[None, :], s * scale_log2, float("-inf"))  # [GROUP, TILE_N]
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(s - m_safe[:, None])
-        alpha = tl.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(
-            v_cache_ptr + token_offs[:, None] + offs_d[None, :],
-            mask=valid[:, None] & d_mask[None, :],
-            other=0.0,
-        )
-        if DOT_FP16 and WIDEN >= 1:  # noqa: SIM108
-            v = _e4m3_to_f16(v)
-        else:
-            v = v.to(q.dtype)
-        if IEEE_FP32:
-            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v, input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v)
-        m_i = m_new
+    head_offset = kv_head * stride_cache_head
+    if PREFETCH:
+        # The next tile's K and V are loaded while this one's products run: more bytes in
+        # flight than the pipeliner keeps for a tile widened in registers.
+        valid, token_offs = _tile_offsets(
+            table, start, end, seq_len, sliding_window, offs_n, head_offset,
+            stride_cache_block, stride_cache_slot, BLOCK_SIZE,
+        )  # fmt: skip
+        k, v = _load_kv(k_cache_ptr, v_cache_ptr, token_offs, valid, offs_d, d_mask)
+        for tile_start in range(start, end, TILE_N):
+            next_valid, next_offs = _tile_offsets(
+                table, tile_start + TILE_N, end, seq_len, sliding_window, offs_n, head_offset,
+                stride_cache_block, stride_cache_slot, BLOCK_SIZE,
+            )  # fmt: skip
+            next_k, next_v = _load_kv(
+                k_cache_ptr, v_cache_ptr, next_offs, next_valid, offs_d, d_mask
+            )
+            p, m_i, l_i, alpha = _scores(
+                q, k, valid, m_i, l_i, scale_log2, IEEE_FP32, DOT_FP16, WIDEN
+            )
+            acc = _accumulate(acc, p, v, alpha, q.dtype, IEEE_FP32, DOT_FP16, WIDEN)
+            valid, k, v = next_valid, next_k, next_v
+    else:
+        for tile_start in range(start, end, TILE_N):
+            valid, token_offs = _tile_offsets(
+                table, tile_start, end, seq_len, sliding_window, offs_n, head_offset,
+                stride_cache_block, stride_cache_slot, BLOCK_SIZE,
+            )  # fmt: skip
+            kv_mask = valid[None, :] & d_mask[:, None]
+            k = tl.load(
+                k_cache_ptr + token_offs[None, :] + offs_d[:, None], mask=kv_mask, other=0.0
+            )
+            p, m_i, l_i, alpha = _scores(
+                q, k, valid, m_i, l_i, scale_log2, IEEE_FP32, DOT_FP16, WIDEN
+            )
+            v = tl.load(  # after the scores: its load overlaps their products
+                v_cache_ptr + token_offs[:, None] + offs_d[None, :],
+                mask=valid[:, None] & d_mask[None, :],
+                other=0.0,
+            )
+            acc = _accumulate(acc, p, v, alpha, q.dtype, IEEE_FP32, DOT_FP16, WIDEN)
 
     out_mask = g_mask[:, None] & d_mask[None, :]
     if NUM_SPLITS == 1:
@@ -252,6 +325,7 @@ def paged_decode_attention(
     out: torch.Tensor | None = None,  # contiguous, like query
     dot_fp16: bool | None = None,  # None: dot_in_fp16 (an override for sweeps)
     widen: int | None = None,  # None: widen_mode (an override for sweeps)
+    prefetch: bool = False,  # the next tile's K/V loaded a tile ahead (an option for sweeps)
 ) -> torch.Tensor:
     num_seqs, num_heads, head_dim = query.shape
     _, _, block_size, num_kv_heads, _ = kv_cache.shape
@@ -311,6 +385,7 @@ def paged_decode_attention(
         IEEE_FP32=query.dtype == torch.float32,
         DOT_FP16=dot_in_fp16(query, kv_cache) if dot_fp16 is None else dot_fp16,
         WIDEN=widen,
+        PREFETCH=prefetch,
         num_warps=num_warps,
         num_stages=num_stages,
     )
