@@ -66,22 +66,6 @@ def _tile_offsets(
 
 
 @triton.jit
-def _load_kv(k_cache_ptr, v_cache_ptr, token_offs, valid, offs_d, d_mask):
-    """K as [dim, tokens] (the scores' operand), V as [tokens, dim], as the cache holds them."""
-    k = tl.load(
-        k_cache_ptr + token_offs[None, :] + offs_d[:, None],
-        mask=valid[None, :] & d_mask[:, None],
-        other=0.0,
-    )
-    v = tl.load(
-        v_cache_ptr + token_offs[:, None] + offs_d[None, :],
-        mask=valid[:, None] & d_mask[None, :],
-        other=0.0,
-    )
-    return k, v
-
-
-@triton.jit
 def _scores(
     q, k, valid, m_i, l_i, scale_log2,
     IEEE_FP32: tl.constexpr, DOT_FP16: tl.constexpr, WIDEN: tl.constexpr,
@@ -148,7 +132,6 @@ def _decode_partial_kernel(
     IEEE_FP32: tl.constexpr,
     DOT_FP16: tl.constexpr,  # float8 K/V: products in fp16 (see dot_in_fp16)
     WIDEN: tl.constexpr,  # with DOT_FP16: WIDEN_BY_TRITON, WIDEN_V or WIDEN_KV
-    PREFETCH: tl.constexpr,  # load the next tile's K/V before this tile's products
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -182,46 +165,20 @@ def _decode_partial_kernel(
     offs_n = tl.arange(0, TILE_N)
     table = block_tables_ptr + seq * stride_table_seq
     head_offset = kv_head * stride_cache_head
-    if PREFETCH:
-        # The next tile's K and V are loaded while this one's products run: more bytes in
-        # flight than the pipeliner keeps for a tile widened in registers.
+    for tile_start in range(start, end, TILE_N):
         valid, token_offs = _tile_offsets(
-            table, start, end, seq_len, sliding_window, offs_n, head_offset,
+            table, tile_start, end, seq_len, sliding_window, offs_n, head_offset,
             stride_cache_block, stride_cache_slot, BLOCK_SIZE,
         )  # fmt: skip
-        k, v = _load_kv(k_cache_ptr, v_cache_ptr, token_offs, valid, offs_d, d_mask)
-        for tile_start in range(start, end, TILE_N):
-            next_valid, next_offs = _tile_offsets(
-                table, tile_start + TILE_N, end, seq_len, sliding_window, offs_n, head_offset,
-                stride_cache_block, stride_cache_slot, BLOCK_SIZE,
-            )  # fmt: skip
-            next_k, next_v = _load_kv(
-                k_cache_ptr, v_cache_ptr, next_offs, next_valid, offs_d, d_mask
-            )
-            p, m_i, l_i, alpha = _scores(
-                q, k, valid, m_i, l_i, scale_log2, IEEE_FP32, DOT_FP16, WIDEN
-            )
-            acc = _accumulate(acc, p, v, alpha, q.dtype, IEEE_FP32, DOT_FP16, WIDEN)
-            valid, k, v = next_valid, next_k, next_v
-    else:
-        for tile_start in range(start, end, TILE_N):
-            valid, token_offs = _tile_offsets(
-                table, tile_start, end, seq_len, sliding_window, offs_n, head_offset,
-                stride_cache_block, stride_cache_slot, BLOCK_SIZE,
-            )  # fmt: skip
-            kv_mask = valid[None, :] & d_mask[:, None]
-            k = tl.load(
-                k_cache_ptr + token_offs[None, :] + offs_d[:, None], mask=kv_mask, other=0.0
-            )
-            p, m_i, l_i, alpha = _scores(
-                q, k, valid, m_i, l_i, scale_log2, IEEE_FP32, DOT_FP16, WIDEN
-            )
-            v = tl.load(  # after the scores: its load overlaps their products
-                v_cache_ptr + token_offs[:, None] + offs_d[None, :],
-                mask=valid[:, None] & d_mask[None, :],
-                other=0.0,
-            )
-            acc = _accumulate(acc, p, v, alpha, q.dtype, IEEE_FP32, DOT_FP16, WIDEN)
+        kv_mask = valid[None, :] & d_mask[:, None]
+        k = tl.load(k_cache_ptr + token_offs[None, :] + offs_d[:, None], mask=kv_mask, other=0.0)
+        p, m_i, l_i, alpha = _scores(q, k, valid, m_i, l_i, scale_log2, IEEE_FP32, DOT_FP16, WIDEN)
+        v = tl.load(  # after the scores: the order every sweep measured
+            v_cache_ptr + token_offs[:, None] + offs_d[None, :],
+            mask=valid[:, None] & d_mask[None, :],
+            other=0.0,
+        )
+        acc = _accumulate(acc, p, v, alpha, q.dtype, IEEE_FP32, DOT_FP16, WIDEN)
 
     out_mask = g_mask[:, None] & d_mask[None, :]
     if NUM_SPLITS == 1:
@@ -325,7 +282,6 @@ def paged_decode_attention(
     out: torch.Tensor | None = None,  # contiguous, like query
     dot_fp16: bool | None = None,  # None: dot_in_fp16 (an override for sweeps)
     widen: int | None = None,  # None: widen_mode (an override for sweeps)
-    prefetch: bool = False,  # the next tile's K/V loaded a tile ahead (an option for sweeps)
 ) -> torch.Tensor:
     num_seqs, num_heads, head_dim = query.shape
     _, _, block_size, num_kv_heads, _ = kv_cache.shape
@@ -385,7 +341,6 @@ def paged_decode_attention(
         IEEE_FP32=query.dtype == torch.float32,
         DOT_FP16=dot_in_fp16(query, kv_cache) if dot_fp16 is None else dot_fp16,
         WIDEN=widen,
-        PREFETCH=prefetch,
         num_warps=num_warps,
         num_stages=num_stages,
     )

@@ -158,9 +158,8 @@ def test_a_float8_cache_is_read_as_the_reference_reads_it(decode_only, query_dty
     not ON_GPU or torch.cuda.get_device_capability() < (8, 9),
     reason="widening float8 in registers is inline PTX for CUDA sm_89+",
 )
-@pytest.mark.parametrize("prefetch", [False, True], ids=["in-loop", "prefetch"])
 @pytest.mark.parametrize("widen", [0, 1, 2])
-def test_every_float8_widening_of_the_decode_kernel_reads_what_the_reference_reads(widen, prefetch):
+def test_every_float8_widening_of_the_decode_kernel_reads_what_the_reference_reads(widen):
     from pagoda.engine.kernels.triton_decode import paged_decode_attention
 
     rng = random.Random(11)
@@ -174,7 +173,7 @@ def test_every_float8_widening_of_the_decode_kernel_reads_what_the_reference_rea
     for splits in (1, 3):
         got = paged_decode_attention(
             query, kv_cache, meta.block_tables, meta.seq_lens, 128**-0.5, None, splits,
-            widen=widen, prefetch=prefetch,
+            widen=widen,
         )  # fmt: skip
         torch.testing.assert_close(got.float(), expected, atol=2e-2, rtol=2e-2)
 
@@ -239,9 +238,8 @@ DECODE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("prefetch", [False, True], ids=["in-loop", "prefetch"])
 @pytest.mark.parametrize("index", range(len(DECODE_CASES)), ids=[str(c) for c in DECODE_CASES])
-def test_split_k_decode_matches_reference(triton_decode, index, prefetch):
+def test_split_k_decode_matches_reference(triton_decode, index):
     num_heads, num_kv_heads, head_dim, block_size, window, splits = DECODE_CASES[index]
     rng = random.Random(100 + index)
     device = "cuda" if ON_GPU else "cpu"
@@ -260,9 +258,8 @@ def test_split_k_decode_matches_reference(triton_decode, index, prefetch):
     scale = head_dim**-0.5
     expected = reference.paged_attention(query, kv_cache, meta, scale, window)
     got = triton_decode.paged_decode_attention(
-        query, kv_cache, meta.block_tables, meta.seq_lens, scale, window, num_splits=splits,
-        prefetch=prefetch,
-    )  # fmt: skip
+        query, kv_cache, meta.block_tables, meta.seq_lens, scale, window, num_splits=splits
+    )
     torch.testing.assert_close(got, expected, atol=2e-5, rtol=2e-5)
 
 
