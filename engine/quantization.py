@@ -11,8 +11,13 @@ Two formats, as users have them:
   (`weight_block_size`, 128 × 128 by default) with `weight_scale_inv`, activations
   quantised on the fly per group of `weight_block_size[1]`.
 
-Static activation scales (`input_scale` from calibration), FP8 KV-cache schemes in the
-checkpoint and other quantisations (int4, AWQ, GPTQ, ...) are refused.
+A compressed-tensors checkpoint may also carry an FP8 KV-cache scheme (`kv_cache_scheme`,
+static, per tensor, as llm-compressor calibrates it): one `k_scale` and one `v_scale` per
+attention layer (`model.layers.N.self_attn.k_scale`), which an fp8 KV cache stores K/V
+over (`--kv-cache-dtype fp8`; a 16-bit cache needs no scales and leaves them unused).
+
+Static activation scales (`input_scale` from calibration), other KV-cache schemes and
+other quantisations (int4, AWQ, GPTQ, ...) are refused.
 
 A 16- or 32-bit checkpoint served with `quantization="fp8"` (`--quantization fp8`) follows
 ONLINE_FP8: its projections' weights are quantised as they load, per output channel, and
@@ -40,6 +45,7 @@ class Fp8Checkpoint:
     activations: str | None  # None (unquantised) | token | group | tensor, all dynamic
     group_size: int | None  # columns per activation group
     ignore: tuple[str, ...] = ()  # module names (or `re:` patterns) left unquantised
+    kv_scales: bool = False  # a k_scale and a v_scale per attention layer (kv_cache_scheme)
 
     def ignores(self, module: str) -> bool:
         return any(
@@ -106,11 +112,7 @@ def _fine_grained(config: dict, where: _Where) -> Fp8Checkpoint:
 
 def _compressed_tensors(config: dict, where: _Where) -> Fp8Checkpoint:
     field = "quantization_config"
-    if config.get("kv_cache_scheme") is not None:
-        raise where.error(
-            f"{field}.kv_cache_scheme", config["kv_cache_scheme"],
-            "is not supported: leave it null and serve with --kv-cache-dtype fp8",
-        )  # fmt: skip
+    kv_scales = _kv_cache_scheme(config.get("kv_cache_scheme"), f"{field}.kv_cache_scheme", where)
     status = config.get("quantization_status", "compressed")
     if status != "compressed":
         raise where.error(
@@ -150,7 +152,41 @@ def _compressed_tensors(config: dict, where: _Where) -> Fp8Checkpoint:
             f"{field}.ignore", list(ignore),
             "must list lm_head: a quantised LM head is not supported",
         )  # fmt: skip
-    return Fp8Checkpoint(strategy, block, "weight_scale", activations, group_size, ignore)
+    return Fp8Checkpoint(
+        strategy, block, "weight_scale", activations, group_size, ignore, kv_scales
+    )
+
+
+# Keys of a kv_cache_scheme that only describe how the scales were calibrated.
+_CALIBRATION_KEYS = ("observer", "observer_kwargs")
+# Keys that must be absent or null for one static scale per tensor.
+_NULL_KEYS = ("group_size", "block_structure", "actorder", "zp_dtype", "scale_dtype")
+
+
+def _kv_cache_scheme(args: Any, field: str, where: _Where) -> bool:
+    """Whether the checkpoint carries K/V scales: a static float8 scheme, one scale per
+    tensor (llm-compressor's `kv_cache_scheme`); anything else is refused by field."""
+    if args is None:
+        return False
+    _float8(args, field, where, required=True)
+    if args.get("strategy") != "tensor":
+        raise where.error(
+            f"{field}.strategy", args.get("strategy"),
+            "is not supported: only one K and one V scale per layer (tensor)",
+        )  # fmt: skip
+    if args.get("dynamic", False) is not False:
+        raise where.error(
+            f"{field}.dynamic", args.get("dynamic"),
+            "is not supported: only static scales stored in the checkpoint (false)",
+        )  # fmt: skip
+    for key in _NULL_KEYS:
+        if args.get(key) is not None:
+            raise where.error(f"{field}.{key}", args[key], "is not supported: leave it null")
+    known = {"num_bits", "type", "symmetric", "strategy", "dynamic", *_NULL_KEYS}
+    unknown = sorted(set(args) - known - set(_CALIBRATION_KEYS))
+    if unknown:
+        raise where.error(f"{field}.{unknown[0]}", args[unknown[0]], "is not supported")
+    return True
 
 
 def _weights(args: Any, field: str, where: _Where) -> tuple[str, tuple[int, int] | None]:

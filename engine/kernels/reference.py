@@ -11,10 +11,18 @@ from pagoda.engine.kernels.attention_metadata import AttentionMetadata
 
 
 def store_kv(
-    key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor
+    key: torch.Tensor,
+    value: torch.Tensor,
+    kv_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    kv_scales: tuple[float, float] = (1.0, 1.0),
 ) -> None:
-    """Write each token's K/V into its slot. kv_cache: [2, blocks, block_size, kv_heads, dim]."""
+    """Write each token's K/V into its slot. kv_cache: [2, blocks, block_size, kv_heads, dim].
+    A float8 cache holds K / k_scale and V / v_scale (multiplied by the float32 reciprocal,
+    as the fused kernel does, so both round alike)."""
     num_kv_heads, head_dim = kv_cache.shape[-2:]
+    if kv_scales != (1.0, 1.0):
+        key, value = key.float() * (1.0 / kv_scales[0]), value.float() * (1.0 / kv_scales[1])
     key, value = to_cache_dtype(key, kv_cache.dtype), to_cache_dtype(value, kv_cache.dtype)
     cache = _as_bits(kv_cache)
     cache[0].view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, _as_bits(key))

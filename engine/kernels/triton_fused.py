@@ -115,6 +115,8 @@ def _rope_and_store_kernel(
     v_cache_ptr,
     slot_mapping_ptr,
     eps,
+    k_inv_scale,  # a float8 cache holds K * k_inv_scale (1 / the checkpoint's k_scale)
+    v_inv_scale,
     stride_qkv,
     stride_cos,
     stride_qo_token,
@@ -170,20 +172,25 @@ def _rope_and_store_kernel(
     else:
         slot = tl.load(slot_mapping_ptr + token)
         cache = slot * stride_cache_slot + offs_h[:, None] * stride_cache_head + offs_d[None, :]
-        tl.store(k_cache_ptr + cache, _as_cached(rot1, k_cache_ptr, CACHE_MAX), mask=mask)
-        tl.store(k_cache_ptr + cache + half, _as_cached(rot2, k_cache_ptr, CACHE_MAX), mask=mask)
+        k1 = _as_cached(rot1, k_inv_scale, k_cache_ptr, CACHE_MAX)
+        k2 = _as_cached(rot2, k_inv_scale, k_cache_ptr, CACHE_MAX)
+        tl.store(k_cache_ptr + cache, k1, mask=mask)
+        tl.store(k_cache_ptr + cache + half, k2, mask=mask)
         v_base = row + (NUM_HEADS + NUM_KV_HEADS) * HEAD_DIM + offs_h[:, None] * HEAD_DIM
         v1 = tl.load(v_base + offs_d[None, :], mask=mask, other=0.0)
         v2 = tl.load(v_base + half + offs_d[None, :], mask=mask, other=0.0)
-        tl.store(v_cache_ptr + cache, _as_cached(v1, v_cache_ptr, CACHE_MAX), mask=mask)
-        tl.store(v_cache_ptr + cache + half, _as_cached(v2, v_cache_ptr, CACHE_MAX), mask=mask)
+        v1 = _as_cached(v1, v_inv_scale, v_cache_ptr, CACHE_MAX)
+        v2 = _as_cached(v2, v_inv_scale, v_cache_ptr, CACHE_MAX)
+        tl.store(v_cache_ptr + cache, v1, mask=mask)
+        tl.store(v_cache_ptr + cache + half, v2, mask=mask)
 
 
 @triton.jit
-def _as_cached(x, cache_ptr, CACHE_MAX: tl.constexpr):
-    """x in the cache's dtype, as kernels.reference.to_cache_dtype makes it."""
+def _as_cached(x, inv_scale, cache_ptr, CACHE_MAX: tl.constexpr):
+    """x in the cache's dtype, as kernels.reference.store_kv makes it (a float8 cache:
+    scaled, then saturated)."""
     if CACHE_MAX > 0:
-        x = tl.minimum(tl.maximum(x.to(tl.float32), -CACHE_MAX), CACHE_MAX)
+        x = tl.minimum(tl.maximum(x.to(tl.float32) * inv_scale, -CACHE_MAX), CACHE_MAX)
     return x.to(cache_ptr.dtype.element_ty)
 
 
@@ -200,6 +207,7 @@ def rope_and_store(
     q_norm: torch.Tensor | None = None,
     k_norm: torch.Tensor | None = None,
     eps: float = 1e-6,
+    kv_scales: tuple[float, float] = (1.0, 1.0),  # a float8 cache holds K / k_scale, V / v_scale
 ) -> torch.Tensor:
     """Rotate q and k, write k and v into the cache; returns q as [tokens, heads, dim]."""
     tokens = qkv.shape[0]
@@ -217,6 +225,8 @@ def rope_and_store(
         value_cache,
         slot_mapping,
         eps,
+        1.0 / kv_scales[0],
+        1.0 / kv_scales[1],
         qkv.stride(0),
         cos.stride(0),
         q.stride(0),

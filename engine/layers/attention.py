@@ -8,6 +8,8 @@ Triton kernel rotates q/k (after the q/k norms, for Qwen3) and writes K/V.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -16,6 +18,7 @@ from pagoda.engine.kernels.attention_metadata import AttentionMetadata
 from pagoda.engine.kernels.plan import KernelPlan
 from pagoda.engine.layers.norm import RMSNorm
 from pagoda.engine.layers.rotary import RotaryEmbedding
+from pagoda.engine.layers.weight_source import TensorSource, read_part, source_shape
 
 
 class Attention(nn.Module):
@@ -38,6 +41,10 @@ class Attention(nn.Module):
         self.backend = plan.backend
         self.fused = plan.fused
         self.kv_cache: torch.Tensor | None = None  # bound by the model runner
+        # A float8 cache holds K / k_scale and V / v_scale (the checkpoint's, else 1): the
+        # scores' scale takes k_scale and the output v_scale, so no kernel multiplies a
+        # cached element by its scale.
+        self.kv_scales: tuple[float, float] = (1.0, 1.0)
 
     def forward(
         self,
@@ -50,14 +57,18 @@ class Attention(nn.Module):
         """qkv: [num_tokens, (heads + 2 kv_heads) * dim] → [num_tokens, heads * dim]."""
         if self.kv_cache is None:
             raise RuntimeError("the KV cache is not bound: call ModelRunner.init_kv_cache first")
+        scales = self.kv_scales if self.kv_cache.element_size() == 1 else (1.0, 1.0)
         if self.fused:
-            q = self._rope_and_store(positions, qkv, meta, q_norm, k_norm)
+            q = self._rope_and_store(positions, qkv, meta, q_norm, k_norm, scales)
         else:
-            q = self._rope_then_store(positions, qkv, meta, q_norm, k_norm)
-        out = self.backend(q, self.kv_cache, meta, self.scale, self.sliding_window)
+            q = self._rope_then_store(positions, qkv, meta, q_norm, k_norm, scales)
+        k_scale, v_scale = scales
+        out = self.backend(q, self.kv_cache, meta, self.scale * k_scale, self.sliding_window)
+        if v_scale != 1.0:
+            out = out * v_scale
         return out.reshape(qkv.shape[0], -1)
 
-    def _rope_then_store(self, positions, qkv, meta, q_norm, k_norm) -> torch.Tensor:
+    def _rope_then_store(self, positions, qkv, meta, q_norm, k_norm, scales) -> torch.Tensor:
         num_tokens = qkv.shape[0]
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
@@ -67,10 +78,10 @@ class Attention(nn.Module):
         if q_norm is not None:
             q, k = q_norm(q), k_norm(k)
         q, k = self.rotary(positions, q, k)
-        reference.store_kv(k, v, self.kv_cache, meta.slot_mapping)
+        reference.store_kv(k, v, self.kv_cache, meta.slot_mapping, scales)
         return q
 
-    def _rope_and_store(self, positions, qkv, meta, q_norm, k_norm) -> torch.Tensor:
+    def _rope_and_store(self, positions, qkv, meta, q_norm, k_norm, scales) -> torch.Tensor:
         """GPU path: one kernel rotates q/k (norms first) and writes k/v into the cache."""
         from pagoda.engine.kernels.triton_fused import rope_and_store
 
@@ -87,4 +98,28 @@ class Attention(nn.Module):
             q_norm=None if q_norm is None else q_norm.weight,
             k_norm=None if k_norm is None else k_norm.weight,
             eps=q_norm.eps if q_norm is not None else 1e-6,
+            kv_scales=scales,
         )
+
+
+def kv_scale_parameter() -> nn.Parameter:
+    """A layer's k_scale or v_scale from an FP8 checkpoint (kv_cache_scheme): one float32,
+    checked as it loads (one positive finite number)."""
+    param = nn.Parameter(torch.ones(1, dtype=torch.float32), requires_grad=False)
+    param.weight_loader = _load_kv_scale
+    return param
+
+
+def _load_kv_scale(param: nn.Parameter, source: TensorSource, name: str, shard) -> None:
+    shape = source_shape(source)
+    if math.prod(shape) != 1 or len(shape) > 1:
+        raise ValueError(
+            f"checkpoint tensor {name} has shape {list(shape)}: a K/V scale is one number "
+            "per layer (shape [1] or [])"
+        )
+    value = float(read_part(source) if shape else source[()])
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(
+            f"checkpoint tensor {name} is {value}: a K/V scale must be a positive finite number"
+        )
+    param.data.fill_(value)

@@ -46,13 +46,14 @@ def checkpoint_tensors(config: EngineConfig):
 
 @torch.no_grad()
 def randomize(model: nn.Module, dtype: torch.dtype, std: float = 0.02) -> None:
-    """Random weights for benchmarks (load_format="dummy"): normal(0, std), norms at 1.
+    """Random weights for benchmarks (load_format="dummy"): normal(0, std), norms (and an
+    FP8 config's K/V scales) at 1.
     Projections draw theirs in `dtype` and store them as a checkpoint's would load (FP8
     ones quantise them), so the same seed gives the same weights with or without FP8."""
     for name, param in model.named_parameters():
         owner_name, _, own = name.rpartition(".")
         owner = model.get_submodule(owner_name)
-        if name.endswith("norm.weight"):
+        if name.endswith(("norm.weight", ".k_scale", ".v_scale")):  # K/V scales of 1
             param.fill_(1.0)
         elif own == "weight" and isinstance(owner, MergedLinear | RowParallelLinear):
             values = torch.empty(param.shape, dtype=dtype, device=param.device).normal_(0.0, std)

@@ -17,7 +17,7 @@ from torch import nn
 from pagoda.engine.distributed.parallel import SINGLE, TensorParallel, num_kv_heads_per_rank
 from pagoda.engine.kernels.attention_metadata import AttentionMetadata
 from pagoda.engine.kernels.plan import KernelPlan
-from pagoda.engine.layers.attention import Attention
+from pagoda.engine.layers.attention import Attention, kv_scale_parameter
 from pagoda.engine.layers.embedding import VocabParallelEmbedding
 from pagoda.engine.layers.linear import MergedLinear, RowParallelLinear
 from pagoda.engine.layers.norm import RMSNorm
@@ -60,6 +60,16 @@ class LlamaAttention(nn.Module):
         self.attn = Attention(
             num_heads, num_kv_heads, head_dim, rotary, plan, config.sliding_window
         )
+        self.k_scale = self.v_scale = None
+        if config.quantization is not None and config.quantization.kv_scales:
+            # the checkpoint's names: model.layers.N.self_attn.k_scale / v_scale
+            self.k_scale, self.v_scale = kv_scale_parameter(), kv_scale_parameter()
+
+    def take_kv_scales(self) -> None:
+        """After loading: the attention's scales as numbers (its kernels take them as launch
+        arguments, which CUDA graphs then hold)."""
+        if self.k_scale is not None:
+            self.attn.kv_scales = (self.k_scale.item(), self.v_scale.item())
 
     def forward(
         self, positions: torch.Tensor, hidden: torch.Tensor, meta: AttentionMetadata

@@ -94,6 +94,7 @@ class ModelRunner:
         """Copy checkpoint-named tensors into the model (from files, or another model)."""
         started = time.perf_counter()
         load_named_tensors(self.model, named_tensors, self.config.model)
+        self._take_kv_scales()
         logger.info(
             "loaded %s weights (%s, %s, %.1f MiB on rank %d of %d) in %.1fs",
             self.model_config.architecture,
@@ -104,6 +105,29 @@ class ModelRunner:
             self.tp.size,
             time.perf_counter() - started,
         )
+
+    def _take_kv_scales(self) -> None:
+        """Hand each attention layer the checkpoint's K/V scales (kv_cache_scheme), if any."""
+        layers = [m for m in self.model.modules() if hasattr(m, "take_kv_scales")]
+        for layer in layers:
+            layer.take_kv_scales()
+        scales = [layer.attn.kv_scales for layer in layers if layer.k_scale is not None]
+        if not scales:
+            return
+        if self.config.kv_cache_torch_dtype.itemsize == 1:
+            logger.info(
+                "the fp8 KV cache stores K/V over the checkpoint's scales (%d layers, k_scale "
+                "%.4g-%.4g, v_scale %.4g-%.4g)", len(scales),
+                min(k for k, _ in scales), max(k for k, _ in scales),
+                min(v for _, v in scales), max(v for _, v in scales),
+            )  # fmt: skip
+        else:
+            logger.info(
+                "the checkpoint's K/V scales are unused: the KV cache is %s "
+                "(--kv-cache-dtype fp8 stores K/V in float8 over them)",
+                self.config.kv_cache_dtype if self.config.kv_cache_dtype != "auto"
+                else self.config.dtype,
+            )  # fmt: skip
 
     def add_lora(self, adapter: LoRAAdapter) -> None:
         self.lora.add(adapter)

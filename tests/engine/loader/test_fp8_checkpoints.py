@@ -211,6 +211,11 @@ def _rounded_per_group(x: torch.Tensor) -> torch.Tensor:
     return rounded.flatten(-2)
 
 
+# llm-compressor's FP8 KV-cache scheme, as compressed-tensors writes it (QuantizationArgs)
+KV_SCHEME = {"num_bits": 8, "type": "float", "symmetric": True, "group_size": None,
+             "strategy": "tensor", "dynamic": False, "observer": "minmax"}  # fmt: skip
+
+
 def ct_config(**changes) -> dict:
     weights = {
         "num_bits": 8,
@@ -260,7 +265,18 @@ def ct_config(**changes) -> dict:
          "weights.strategy 'group' is not supported"),
         (ct_config(config_groups__group_0__format="pack-quantized"),
          "format 'pack-quantized' is not supported"),
-        (ct_config(kv_cache_scheme={"num_bits": 8}), "--kv-cache-dtype fp8"),
+        (ct_config(kv_cache_scheme={"num_bits": 8}),
+         "kv_cache_scheme {'type': None, 'num_bits': 8} is not supported: only 8-bit float"),
+        (ct_config(kv_cache_scheme=KV_SCHEME | {"dynamic": True}),
+         "kv_cache_scheme.dynamic True is not supported: only static scales"),
+        (ct_config(kv_cache_scheme=KV_SCHEME | {"strategy": "channel"}),
+         "kv_cache_scheme.strategy 'channel' is not supported: only one K and one V scale"),
+        (ct_config(kv_cache_scheme=KV_SCHEME | {"group_size": 16}),
+         "kv_cache_scheme.group_size 16 is not supported: leave it null"),
+        (ct_config(kv_cache_scheme=KV_SCHEME | {"symmetric": False}),
+         "kv_cache_scheme.symmetric False is not supported"),
+        (ct_config(kv_cache_scheme=KV_SCHEME | {"rotation": "hadamard"}),
+         "kv_cache_scheme.rotation 'hadamard' is not supported"),
         (ct_config(ignore=[]), "must list lm_head"),
         (ct_config(config_groups__group_0__targets=["re:.*proj"]), "only [\"Linear\"]"),
         ({"quant_method": "fp8", "weight_block_size": [128]},
@@ -292,3 +308,89 @@ def test_a_float8_weight_without_its_scale_is_refused(llama_dir, tmp_path):
     save_file(tensors, model_dir / "model.safetensors")
     with pytest.raises(ValueError, match=r"down_proj\.weight has no .*weight_scale_inv beside it"):
         LLM(str(model_dir))
+
+
+def with_kv_scales(model_dir: Path, out: Path, k_scale: float, v_scale: float) -> Path:
+    """The checkpoint with compressed-tensors' static FP8 KV-cache scheme: its
+    `kv_cache_scheme` (QuantizationArgs, as the library serialises it) and one k_scale and
+    v_scale per layer, named and shaped as the library's attention parameters are
+    (`model.layers.N.self_attn.k_scale`, [1]). (The library's compressor cannot save an
+    attention scheme of a model without a KV-cache hook, so the two are added here.)"""
+    from compressed_tensors.quantization import QuantizationArgs
+
+    shutil.copytree(model_dir, out)
+    tensors = load_file(out / "model.safetensors")
+    layers = {name.split(".")[2] for name in tensors if name.startswith("model.layers.")}
+    for layer in layers:
+        tensors[f"model.layers.{layer}.self_attn.k_scale"] = torch.tensor([k_scale])
+        tensors[f"model.layers.{layer}.self_attn.v_scale"] = torch.tensor([v_scale])
+    save_file(tensors, out / "model.safetensors")
+    scheme = QuantizationArgs(num_bits=8, type="float", strategy="tensor", dynamic=False,
+                              symmetric=True)  # fmt: skip
+    config = json.loads((out / "config.json").read_text())
+    config["quantization_config"]["kv_cache_scheme"] = scheme.model_dump()
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+@pytest.fixture(scope="module")
+def fp8_weights(tiny_model_dir, tmp_path_factory) -> Path:
+    """The tiny llama as llm-compressor's FP8_DYNAMIC writes it (per-channel weights)."""
+    pytest.importorskip("compressed_tensors")
+    out = tmp_path_factory.mktemp("fp8") / "fp8"
+    return compressed(tiny_model_dir("llama"), out, {"strategy": "channel"}, {"strategy": "token"})
+
+
+def test_kv_cache_scales_match_transformers(fp8_weights, tmp_path):
+    """transformers (with compressed-tensors) rounds K and V to e4m3 over the checkpoint's
+    scales in its cache, dequantising them for attention; the engine's float8 cache holds
+    K / k_scale and folds the scales into the scores and the output. Same rounded values,
+    fp32 products: the fp32 parity tolerance. The scales are far from 1 and unequal, so
+    one dropped or applied twice moves the logits by orders of magnitude more."""
+    model_dir = with_kv_scales(fp8_weights, tmp_path / "kv", k_scale=0.01, v_scale=0.05)
+    expected = their_logits(model_dir, {})
+    got = our_logits(model_dir, kv_cache_dtype="fp8")
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+    unscaled = with_kv_scales(fp8_weights, tmp_path / "kv1", k_scale=1.0, v_scale=1.0)
+    assert (their_logits(unscaled, {}) - expected).abs().max() > 1e-2  # the scales matter
+
+
+def test_kv_cache_scales_are_unused_by_a_16_bit_cache(fp8_weights, tmp_path):
+    model_dir = with_kv_scales(fp8_weights, tmp_path / "kv", k_scale=0.01, v_scale=0.05)
+    torch.testing.assert_close(our_logits(model_dir), our_logits(fp8_weights), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda t: t.pop("model.layers.1.self_attn.v_scale"),
+         r"lacks 1 tensors, e\.g\. model\.layers\.1\.self_attn\.v_scale"),
+        (lambda t: t.update({"model.layers.0.self_attn.k_scale": torch.tensor([0.0])}),
+         r"model\.layers\.0\.self_attn\.k_scale is 0\.0: a K/V scale must be a positive"),
+        (lambda t: t.update({"model.layers.0.self_attn.k_scale": torch.tensor([float("nan")])}),
+         r"k_scale is nan: a K/V scale must be a positive finite number"),
+        (lambda t: t.update({"model.layers.0.self_attn.v_scale": torch.ones(8)}),
+         r"v_scale has shape \[8\]: a K/V scale is one number per layer"),
+    ],
+    ids=["missing", "zero", "nan", "per-head"],
+)  # fmt: skip
+def test_bad_kv_cache_scales_are_refused_by_name(fp8_weights, tmp_path, change, message):
+    model_dir = with_kv_scales(fp8_weights, tmp_path / "kv", k_scale=0.01, v_scale=0.05)
+    tensors = load_file(model_dir / "model.safetensors")
+    change(tensors)
+    save_file(tensors, model_dir / "model.safetensors")
+    with pytest.raises(ValueError, match=message):
+        LLM(str(model_dir), device="cpu", kv_cache_dtype="fp8")
+
+
+def test_a_scalar_kv_cache_scale_loads(fp8_weights, tmp_path):
+    """Shape [] (as some exporters write it) is the same single number as [1]."""
+    model_dir = with_kv_scales(fp8_weights, tmp_path / "kv", k_scale=0.01, v_scale=0.05)
+    tensors = load_file(model_dir / "model.safetensors")
+    reference_logits = our_logits(model_dir, kv_cache_dtype="fp8")
+    for name in [n for n in tensors if n.endswith(("k_scale", "v_scale"))]:
+        tensors[name] = tensors[name].reshape(())
+    save_file(tensors, model_dir / "model.safetensors")
+    torch.testing.assert_close(
+        our_logits(model_dir, kv_cache_dtype="fp8"), reference_logits, atol=0, rtol=0
+    )
