@@ -111,6 +111,33 @@ def test_rope_and_store_into_a_float8_cache_saturates_like_the_reference(fused):
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="Triton's interpreter rounds to float8 differently")
+def test_rope_and_store_into_a_float8_cache_divides_by_the_kv_scales(fused):
+    """A checkpoint's k_scale/v_scale: the cache holds K / k_scale and V / v_scale, as the
+    reference stores them (V here beyond 448 even after its scale: still saturated)."""
+    heads, kv_heads, dim, tokens = 4, 2, 64, 9
+    rotary = RotaryEmbedding(dim, 64, 10000.0, None).to(DEVICE)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, device=DEVICE, dtype=torch.bfloat16)
+    qkv[:, heads * dim :] *= 300
+    positions = torch.arange(tokens, device=DEVICE)
+    slots = torch.arange(tokens, device=DEVICE) * 3
+    q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
+    _, expected_k = rotary(positions, q.view(tokens, heads, dim), k.view(tokens, kv_heads, dim))
+    expected = torch.zeros(2, 4, 8, kv_heads, dim, device=DEVICE, dtype=torch.float8_e4m3fn)
+    scales = (4.0, 0.5)
+    reference.store_kv(expected_k, v.view(tokens, kv_heads, dim), expected, slots, scales)
+    cache = torch.zeros_like(expected)
+    fused.rope_and_store(
+        qkv, positions, rotary.cos, rotary.sin, cache, slots, heads, kv_heads, dim,
+        kv_scales=scales,
+    )  # fmt: skip
+    written = cache.view(2, -1, kv_heads, dim)[:, slots].float()
+    wanted = expected.view(2, -1, kv_heads, dim)[:, slots].float()
+    assert written[1].abs().max() == 448 and written[0].abs().max() < 448
+    torch.testing.assert_close(written, wanted, atol=2, rtol=0.13)  # one step apart at most
+
+
+@pytest.mark.gpu
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
 def test_fused_kernels_at_llama_8b_sizes_in_bf16(fused):
     x = torch.randn(300, 4096, device="cuda", dtype=torch.bfloat16)

@@ -394,3 +394,20 @@ def test_a_scalar_kv_cache_scale_loads(fp8_weights, tmp_path):
     torch.testing.assert_close(
         our_logits(model_dir, kv_cache_dtype="fp8"), reference_logits, atol=0, rtol=0
     )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_kv_cache_scales_answer_as_the_cpu_reference(fp8_weights, tmp_path):
+    """The GPU path (fused store, Triton kernels over the float8 cache) on a checkpoint with
+    K/V scales answers as the CPU's reference of it. In float32 on both: the tiny model's
+    logits move 12% between bf16 and fp32 once K/V round to e4m3 (a bf16 K crosses e4m3
+    steps the fp32 one does not), more than the scales themselves move them (11%), so bf16
+    could not tell a dropped scale from rounding. 1% against those 11%."""
+    model_dir = with_kv_scales(fp8_weights, tmp_path / "kv", k_scale=0.01, v_scale=0.05)
+    reference_logits = our_logits(model_dir, kv_cache_dtype="fp8")
+    logits = our_logits(model_dir, device="cuda", dtype="float32", kv_cache_dtype="fp8")
+    assert float((logits.float() - reference_logits).norm() / reference_logits.norm()) < 0.01
+    unscaled = with_kv_scales(fp8_weights, tmp_path / "kv1", k_scale=1.0, v_scale=1.0)
+    other = our_logits(unscaled, kv_cache_dtype="fp8")
+    assert float((other - reference_logits).norm() / reference_logits.norm()) > 0.05
