@@ -171,8 +171,11 @@ def test_the_fp8_flag_on_an_fp8_checkpoint_uses_its_own_scales(llama_dir, tmp_pa
 @pytest.mark.parametrize("weights", ["channel", "tensor"])
 def test_on_a_gpu_fp8_checkpoints_multiply_in_float8(llama_dir, tmp_path, weights):
     """Per-channel and per-tensor weights with per-token activations stay float8 (W8A8)
-    and answer as the CPU's reference of the same checkpoint, within 5% (bf16 elsewhere;
-    bf16 against fp32 is within 2% without FP8)."""
+    and answer as the CPU's float32 reference of the same checkpoint as closely as the
+    reference itself does in bf16 (within twice its spread). The tiny model's activations
+    round to e4m3 per token, so a bf16 input crosses e4m3 steps a float32 one does not:
+    the CPU's own bf16 logits are 12% from its float32 ones (the H200 path measured 11%
+    and 12%); a wrong scale or layout misses by far more."""
     if torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("float8 products need compute capability 8.9+")
     pytest.importorskip("compressed_tensors")
@@ -189,7 +192,8 @@ def test_on_a_gpu_fp8_checkpoints_multiply_in_float8(llama_dir, tmp_path, weight
     model.compute_logits = lambda hidden: captured.append(original(hidden)) or captured[-1]
     llm.generate(PROMPTS, SamplingParams(temperature=0.0, max_tokens=1))
     logits = captured[0].float().cpu()
-    assert float((logits - reference).norm() / reference.norm()) < 0.05
+    spread = _relative(our_logits(model_dir, device="cpu", dtype="bfloat16"), reference)
+    assert _relative(logits, reference) < 2 * spread
 
 
 def test_fine_grained_block_fp8_matches_transformers(llama_dir, tmp_path):
@@ -399,15 +403,23 @@ def test_a_scalar_kv_cache_scale_loads(fp8_weights, tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_a_gpu_kv_cache_scales_answer_as_the_cpu_reference(fp8_weights, tmp_path):
-    """The GPU path (fused store, Triton kernels over the float8 cache) on a checkpoint with
-    K/V scales answers as the CPU's reference of it. In float32 on both: the tiny model's
-    logits move 12% between bf16 and fp32 once K/V round to e4m3 (a bf16 K crosses e4m3
-    steps the fp32 one does not), more than the scales themselves move them (11%), so bf16
-    could not tell a dropped scale from rounding. 1% against those 11%."""
-    model_dir = with_kv_scales(fp8_weights, tmp_path / "kv", k_scale=0.01, v_scale=0.05)
+    """The GPU path (fused store, Triton kernels over the float8 cache, bf16) on a checkpoint
+    with K/V scales answers as the CPU's float32 reference of it as closely as the
+    reference itself does in bf16 (within twice its spread, 9% on the CPU), while scales
+    left at 1 move the reference by 53%: a dropped or doubled scale cannot pass."""
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("float8 products need compute capability 8.9+")
+    model_dir = with_kv_scales(fp8_weights, tmp_path / "kv", k_scale=0.002, v_scale=0.2)
     reference_logits = our_logits(model_dir, kv_cache_dtype="fp8")
-    logits = our_logits(model_dir, device="cuda", dtype="float32", kv_cache_dtype="fp8")
-    assert float((logits.float() - reference_logits).norm() / reference_logits.norm()) < 0.01
+    bound = 2 * _relative(
+        our_logits(model_dir, kv_cache_dtype="fp8", dtype="bfloat16"), reference_logits
+    )
     unscaled = with_kv_scales(fp8_weights, tmp_path / "kv1", k_scale=1.0, v_scale=1.0)
-    other = our_logits(unscaled, kv_cache_dtype="fp8")
-    assert float((other - reference_logits).norm() / reference_logits.norm()) > 0.05
+    assert _relative(our_logits(unscaled, kv_cache_dtype="fp8"), reference_logits) > 2 * bound
+    logits = our_logits(model_dir, device="cuda", dtype="bfloat16", kv_cache_dtype="fp8")
+    assert _relative(logits, reference_logits) < bound
+
+
+def _relative(logits: torch.Tensor, reference: torch.Tensor) -> float:
+    reference = reference.float()
+    return float((logits.float() - reference).norm() / reference.norm())
