@@ -55,7 +55,8 @@ class EngineConfig:
     load_format: str = "safetensors"  # or "dummy": random weights (benchmarks)
     enforce_eager: bool = False  # True: no CUDA graphs
     # auto: the model's dtype; fp8: float8 e4m3, half the bytes a token of a 16-bit cache
-    # (twice the tokens in the same memory), values stored unscaled and saturating.
+    # (twice the tokens in the same memory), values saturating at ±448, stored over the
+    # checkpoint's K/V scales where it has them (kv_cache_scheme), else unscaled.
     kv_cache_dtype: str = "auto"
     # fp8: a 16/32-bit checkpoint's projection weights quantised to e4m3 as they load, one
     # scale per output channel, inputs per token (quantization.ONLINE_FP8). On a GPU of

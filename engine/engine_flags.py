@@ -109,7 +109,9 @@ def add_step_flags(parser: argparse.ArgumentParser) -> None:
         "--kv-cache-dtype",
         default="auto",
         choices=["auto", "fp8", "fp8_e4m3"],
-        help="auto: the model's dtype; fp8: float8 e4m3, twice the tokens in the same memory",
+        help="auto: the model's dtype; fp8: float8 e4m3, twice the tokens in the same memory "
+        "(over the checkpoint's k_scale/v_scale where its quantization_config has a "
+        "kv_cache_scheme)",
     )
     parser.add_argument(
         "--quantization",
