@@ -67,7 +67,6 @@ class InputBuffers:
             "slot_mapping": ((max_tokens,), torch.int64),
             "query_start_loc": ((max_seqs + 1,), torch.int32),
             "seq_lens": ((max_seqs,), torch.int32),
-            "block_tables": ((max_seqs, max_blocks_per_seq), torch.int32),
             # the step's tables packed [rows, widest table] (see _stage_block_tables)
             "packed_block_tables": ((max_seqs * max_blocks_per_seq,), torch.int32),
             "logits_indices": ((max_seqs,), torch.int64),
@@ -85,6 +84,11 @@ class InputBuffers:
             name: torch.zeros(shape, dtype=dtype, device=device)
             for name, (shape, dtype) in shapes.items()
         }
+        # the tables the kernels read, at the stride the graphs capture (no host twin:
+        # the packed tables cross and are spread here)
+        self.dev["block_tables"] = torch.zeros(
+            (max_seqs, max_blocks_per_seq), dtype=torch.int32, device=device
+        )
         # Marks when the last copies out of the host buffers finished: a step that
         # samples nothing never syncs, so the next one must wait before overwriting.
         self._copied = torch.cuda.Event() if pin else None
