@@ -14,13 +14,10 @@ set -uo pipefail
 mode=$1 out=$2
 num=${NUM:-1000} rated=${RATED:-600} rate=${RATE:-12} checkpoint=${CHECKPOINT:-/tmp/llama8b}
 export PYTHONUNBUFFERED=1 PAGODA_COMMIT=${PAGODA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}
-cli=(python -c 'import sys; from pagoda.cli import main; sys.exit(main())')
-pagoda() { "${cli[@]}" "$@"; }
+source "$(dirname "$0")/served_server.sh"  # flags, pagoda, start_server
 python -m pip install -q --no-deps --no-build-isolation -e . >"$out/pip.log" 2>&1 || exit 1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 
-flags=()
-[ "$mode" = fp8 ] && flags=(--quantization fp8 --kv-cache-dtype fp8)
 lengths=(--seed 0)  # mean 1088 / 544, ratio 15/17: [128, 2048] and [64, 1024]
 if [ ! -f "$checkpoint/model.safetensors" ]; then
     start=$(date +%s)
@@ -39,17 +36,7 @@ print(f"offline: {f['output_tokens_per_s']:.0f} output tok/s, {f['requests'] / f
       f"req/s, decode step {f.get('decode_step_ms', float('nan')):.2f} ms")
 EOF
 
-curl -sf http://127.0.0.1:8000/health >/dev/null && { echo "port 8000 is taken"; exit 1; }
-# the server's own pid (not a subshell's), so that killing it stops it
-"${cli[@]}" serve "$checkpoint" --port 8000 --served-model-name llama8b "${flags[@]}" \
-    --max-num-seqs 256 --max-num-batched-tokens 8192 --max-model-len 4096 \
-    --gpu-memory-utilization 0.9 >"$out/server-$mode.log" 2>&1 &
-server=$!
-for _ in $(seq 300); do
-    curl -sf http://127.0.0.1:8000/health >/dev/null && break
-    kill -0 $server 2>/dev/null || { tail -n 20 "$out/server-$mode.log"; exit 1; }
-    sleep 1
-done
+start_server
 serve() {  # serve NAME NUM RATE
     pagoda bench serve --base-url http://127.0.0.1:8000 --workload random-ids \
         --vocab-size 128256 --random-input-len 1088 --random-output-len 544 \

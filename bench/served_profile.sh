@@ -8,23 +8,10 @@
 set -uo pipefail
 mode=$1 out=$2 seconds=${SECONDS_SAMPLED:-15} checkpoint=${CHECKPOINT:-/tmp/llama8b}
 export PYTHONUNBUFFERED=1 PATH=$PATH:/tmp/site/bin
-cli=(python -c 'import sys; from pagoda.cli import main; sys.exit(main())')
-pagoda() { "${cli[@]}" "$@"; }
+source "$(dirname "$0")/served_server.sh"  # flags, pagoda, start_server
 python -m pip install -q --no-deps --no-build-isolation -e . >"$out/pip.log" 2>&1 || exit 1
-flags=()
-[ "$mode" = fp8 ] && flags=(--quantization fp8 --kv-cache-dtype fp8)
 [ -f "$checkpoint/model.safetensors" ] || pagoda bench write-model "$checkpoint" 2>&1 | tail -n 1
-curl -sf http://127.0.0.1:8000/health >/dev/null && { echo "port 8000 is taken"; exit 1; }
-# the server's own pid (not a subshell's), so that killing it stops it
-"${cli[@]}" serve "$checkpoint" --port 8000 --served-model-name llama8b "${flags[@]}" \
-    --max-num-seqs 256 --max-num-batched-tokens 8192 --max-model-len 4096 \
-    --gpu-memory-utilization 0.9 >"$out/server-$mode.log" 2>&1 &
-server=$!
-for _ in $(seq 300); do
-    curl -sf http://127.0.0.1:8000/health >/dev/null && break
-    kill -0 $server 2>/dev/null || { tail -n 20 "$out/server-$mode.log"; exit 1; }
-    sleep 1
-done
+start_server
 pagoda bench serve --base-url http://127.0.0.1:8000 --workload random-ids --vocab-size 128256 \
     --random-input-len 1088 --random-output-len 544 --random-range-ratio 0.88235294 --seed 0 \
     --ignore-eos --num-prompts 1000 --request-rate inf \
