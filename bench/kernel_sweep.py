@@ -3,11 +3,12 @@
     python bench/kernel_sweep.py                  # bf16 KV cache
     python bench/kernel_sweep.py --kv-cache-dtype fp8 --batch-1 no
 
-With a float8 cache each setting also runs with the products in fp16 and in the query's
-dtype (bf16), the `dot_fp16` choice of triton_decode.dot_in_fp16.
+A float8 cache multiplies in fp16, as triton_decode.dot_in_fp16 chooses (products in
+bf16 were 11% slower: bench/results/2026-11-29-h200-kernel-sweep-decode-fp8.txt).
 
 Decode: batch 256 with 1,024-2,048-token contexts (the throughput workload's steady
-state) and batch 1; prefill: 8 fresh 1,024-token prompts. Llama-3.1-8B attention shapes.
+state), batch 32 with 4,096-8,192 (long contexts, split) and batch 1; prefill: 8 fresh
+1,024-token prompts. Llama-3.1-8B attention shapes.
 """
 
 from __future__ import annotations
@@ -65,11 +66,12 @@ def sweep_decode(batch: int, low: int, high: int) -> None:
     workspace = triton_decode.DecodeWorkspace(batch, HEADS, DIM, 16, torch.device("cuda"))
     rows = []
     if batch > 32:
-        grid = itertools.product([1, 2], [64, 128, 256], [4, 8], [2, 4])
+        grid = itertools.product([1, 2], [64, 128, 256], [4], [2, 3, 4])
+    elif batch > 1:
+        grid = itertools.product([1, 2, 4], [64, 128], [4], [2, 3, 4])
     else:
         grid = itertools.product([8, 16], [32, 64], [4], [2, 3])
-    dots = [True, False] if cache.element_size() == 1 else [None]
-    for (splits, tile, warps, stages), dot_fp16 in itertools.product(grid, dots):
+    for splits, tile, warps, stages in grid:
         run = functools.partial(
             triton_decode.paged_decode_attention,
             query,
@@ -83,7 +85,6 @@ def sweep_decode(batch: int, low: int, high: int) -> None:
             tile_n=tile,
             num_warps=warps,
             num_stages=stages,
-            dot_fp16=dot_fp16,
         )
 
         try:
@@ -91,16 +92,15 @@ def sweep_decode(batch: int, low: int, high: int) -> None:
         except Exception as exc:  # a setting that does not compile is just skipped
             print("skip", splits, tile, warps, stages, type(exc).__name__)
             continue
-        rows.append((ms, splits, tile, warps, stages, dot_fp16, kv_bytes / ms / 1e9))
+        rows.append((ms, splits, tile, warps, stages, kv_bytes / ms / 1e9))
     rows.sort()
     print(
         f"decode batch {batch}, contexts {low}-{high}: {kv_bytes / 1e9:.2f} GB of K/V ({KV_DTYPE})"
     )
-    for ms, splits, tile, warps, stages, dot_fp16, tbps in rows[:8]:
-        dot = "" if dot_fp16 is None else f" dot={'fp16' if dot_fp16 else 'bf16'}"
+    for ms, splits, tile, warps, stages, tbps in rows[:8]:
         print(
             f"  {ms * 1e3:8.1f} us  splits={splits} tile={tile} warps={warps} "
-            f"stages={stages}{dot}  {tbps:.2f} TB/s"
+            f"stages={stages}  {tbps:.2f} TB/s"
         )
     ms = triton.testing.do_bench(  # as the runner launches it
         lambda: triton_decode.paged_decode_attention(
@@ -151,10 +151,13 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default="auto")
     parser.add_argument("--batch-1", choices=["yes", "no"], default="yes")
+    parser.add_argument("--long", choices=["yes", "no"], default="yes")
     parser.add_argument("--prefill", choices=["yes", "no"], default="yes")
     args = parser.parse_args()
     KV_DTYPE = torch.float8_e4m3fn if args.kv_cache_dtype == "fp8" else torch.bfloat16
     sweep_decode(256, 1024, 2048)
+    if args.long == "yes":
+        sweep_decode(32, 4096, 8192)
     if args.batch_1 == "yes":
         sweep_decode(1, 128, 384)
     if args.prefill == "yes":

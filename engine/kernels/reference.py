@@ -17,16 +17,33 @@ def store_kv(
     slot_mapping: torch.Tensor,
     kv_scales: tuple[float, float] = (1.0, 1.0),
 ) -> None:
-    """Write each token's K/V into its slot. kv_cache: [2, blocks, block_size, kv_heads, dim].
-    A float8 cache holds K / k_scale and V / v_scale (multiplied by the float32 reciprocal,
-    as the fused kernel does, so both round alike)."""
+    """Write each token's K/V into its slot (block = slot // block_size, in-page slot =
+    slot % block_size), K token-major and V page-major (see value_pages). A float8 cache
+    holds K / k_scale and V / v_scale (multiplied by the float32 reciprocal, as the fused
+    kernel does, so both round alike)."""
     num_kv_heads, head_dim = kv_cache.shape[-2:]
+    block_size = kv_cache.shape[2]
     if kv_scales != (1.0, 1.0):
         key, value = key.float() * (1.0 / kv_scales[0]), value.float() * (1.0 / kv_scales[1])
     key, value = to_cache_dtype(key, kv_cache.dtype), to_cache_dtype(value, kv_cache.dtype)
-    cache = _as_bits(kv_cache)
-    cache[0].view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, _as_bits(key))
-    cache[1].view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, _as_bits(value))
+    keys = _as_bits(kv_cache)[0].view(-1, num_kv_heads, head_dim)
+    keys.index_copy_(0, slot_mapping, _as_bits(key))
+    pages = _as_bits(value_pages(kv_cache))  # [blocks, kv_heads, dim, block_size]
+    block, slot = slot_mapping // block_size, slot_mapping % block_size
+    pages.permute(0, 3, 1, 2)[block, slot] = _as_bits(value)
+
+
+def value_pages(kv_cache: torch.Tensor) -> torch.Tensor:
+    """The V half of a layer's cache as its pages: [blocks, kv_heads, dim, block_size].
+
+    K is stored token-major ([blocks, block_size, kv_heads, dim], the allocation's shape),
+    V page-major: within a block, each head's values run over the block's slots. Attention
+    multiplies P [queries, tokens] by V [tokens, dim], which reduces over tokens; with the
+    tokens contiguous a tile of V reaches the tensor cores without a transposing
+    shared-memory read, which a float8 tile has no instruction for (the fp8 decode kernel
+    went from 318 to 235 us a layer: bench/results/2026-12-04-h200-fp8-decode-vpages.md)."""
+    _, blocks, block_size, num_kv_heads, head_dim = kv_cache.shape
+    return kv_cache[1].view(blocks, num_kv_heads, head_dim, block_size)
 
 
 def _as_bits(x: torch.Tensor) -> torch.Tensor:
@@ -35,12 +52,13 @@ def _as_bits(x: torch.Tensor) -> torch.Tensor:
 
 
 def to_cache_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """x as the cache stores it: float8 saturates at its largest finite value (a plain
-    cast would turn anything beyond it into NaN)."""
-    if dtype.itemsize == 1 and dtype.is_floating_point:
-        limit = torch.finfo(dtype).max
-        return x.float().clamp(-limit, limit).to(dtype)
-    return x.to(dtype)
+    """x as the cache stores it: finite. Values beyond the dtype's range saturate (a plain
+    cast would turn them into inf, or NaN for float8) and NaN becomes 0, so that a page
+    never holds a value that poisons a product with a zero probability: the kernels read
+    V a page at a time, slots past a sequence's end included, stale ones among them."""
+    limit = torch.finfo(dtype).max
+    x = x.float()
+    return torch.where(x == x, x, 0.0).clamp(-limit, limit).to(dtype)
 
 
 def gather_kv(
@@ -50,9 +68,9 @@ def gather_kv(
     block_size = kv_cache.shape[2]
     blocks = block_table[: -(-seq_len // block_size)].long()
     num_kv_heads, head_dim = kv_cache.shape[-2:]
-    cache = _as_bits(kv_cache)
-    key = cache[0, blocks].reshape(-1, num_kv_heads, head_dim)[:seq_len]
-    value = cache[1, blocks].reshape(-1, num_kv_heads, head_dim)[:seq_len]
+    key = _as_bits(kv_cache)[0, blocks].reshape(-1, num_kv_heads, head_dim)[:seq_len]
+    pages = _as_bits(value_pages(kv_cache))[blocks]  # [blocks, kv_heads, dim, block_size]
+    value = pages.permute(0, 3, 1, 2).reshape(-1, num_kv_heads, head_dim)[:seq_len]
     return key.view(kv_cache.dtype), value.view(kv_cache.dtype)
 
 

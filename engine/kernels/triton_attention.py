@@ -2,7 +2,8 @@
 
 One program per (sequence, query head, block of BLOCK_M queries) walks the sequence's KV
 with an online softmax (flash-attention style), TILE_N tokens gathered from several pages
-per iteration, so prefill chunks and any mix of query lengths go through one kernel.
+per iteration (V a page at a time, as triton_decode does), so prefill chunks and any mix
+of query lengths go through one kernel.
 Pure decode batches use triton_decode.py (split-K, GQA-grouped) instead. Runs on the GPU,
 and on the CPU under TRITON_INTERPRET=1.
 """
@@ -13,8 +14,9 @@ import torch
 import triton
 import triton.language as tl
 
+from pagoda.engine.kernels import reference
 from pagoda.engine.kernels.attention_metadata import AttentionMetadata
-from pagoda.engine.kernels.triton_decode import dot_in_fp16
+from pagoda.engine.kernels.triton_decode import dot_in_fp16, load_value_pages
 
 LOG2E = 1.4426950408889634
 
@@ -37,6 +39,8 @@ def _paged_attention_kernel(
     stride_cache_block,
     stride_cache_slot,
     stride_cache_head,
+    stride_v_block,
+    stride_v_head,
     stride_table_seq,
     QUERIES_PER_KV: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -107,11 +111,10 @@ def _paged_attention_kernel(
         p = tl.exp2(s - m_safe[:, None])
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(
-            v_cache_ptr + token_offs[:, None] + offs_d[None, :],
-            mask=in_range[:, None] & d_mask[None, :],
-            other=0.0,
-        ).to(q.dtype)  # [TILE_N, D]
+        v = load_value_pages(  # [TILE_N, D]; p is 0 wherever a token is not visible
+            v_cache_ptr, table, tile_start, kv_end, kv_head * stride_v_head, stride_v_block,
+            offs_d, BLOCK_SIZE, TILE_N, HEAD_DIM, HEAD_DIM_PADDED,
+        ).to(q.dtype)  # fmt: skip
         if IEEE_FP32:
             acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v, input_precision="ieee")
         else:
@@ -146,7 +149,7 @@ def paged_attention(
     _, _, block_size, num_kv_heads, _ = kv_cache.shape
     if out is None:
         out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
-    key_cache, value_cache = kv_cache[0], kv_cache[1]
+    key_cache, value_cache = kv_cache[0], reference.value_pages(kv_cache)
     # Long query runs (prefill) get big tiles; decode-like batches small ones.
     block_m = block_m or (64 if meta.max_query_len >= 64 else 16)
     grid = (meta.num_seqs, num_heads, triton.cdiv(meta.max_query_len, block_m))
@@ -167,6 +170,8 @@ def paged_attention(
         key_cache.stride(0),
         key_cache.stride(1),
         key_cache.stride(2),
+        value_cache.stride(0),
+        value_cache.stride(1),
         meta.block_tables.stride(0),
         QUERIES_PER_KV=num_heads // num_kv_heads,
         HEAD_DIM=head_dim,

@@ -8,8 +8,10 @@ bound by memory bandwidth. Two things keep the bandwidth high:
   separate programs, so a small batch with long contexts still fills every SM; a second
   kernel merges the partial softmaxes.
 Each iteration gathers TILE_N tokens from several pages at once (wider loads than one
-16-token page). The grid depends only on (batch rows, NUM_SPLITS), so the launch can be
-captured in a CUDA graph; rows of padding point at a scratch block and are ignored.
+16-token page): K token by token, V page by page (the cache keeps V page-major,
+kernels.reference.value_pages), so that P·V's reduction axis is the contiguous one. The
+grid depends only on (batch rows, NUM_SPLITS), so the launch can be captured in a CUDA
+graph; rows of padding point at a scratch block and are ignored.
 """
 
 from __future__ import annotations
@@ -18,43 +20,20 @@ import torch
 import triton
 import triton.language as tl
 
+from pagoda.engine.kernels import reference
+
 LOG2E = 1.4426950408889634
-
-# How a float8 cache's tiles are widened to fp16 on their way to the tensor cores:
-WIDEN_BY_TRITON = 0  # `.to()`: Triton widens after the operand-layout load (8-bit tiles)
-WIDEN_V = 1  # V widened in registers, before shared memory; K as Triton places it
-WIDEN_KV = 2  # both widened in registers
-
-
-@triton.jit
-def _e4m3_to_f16(x):
-    """float8 e4m3 to fp16 by the hardware's paired conversion (sm_89+), declared impure
-    so that Triton keeps it where it is: in the load's layout, before the tile goes
-    through shared memory. As a plain `.to()` Triton moves the widening after the
-    operand-layout load and stages 8-bit tiles, which V's operand layout (token-major,
-    while the cache is dimension-major) then reads with narrow loads: 8-bit data has no
-    transposing ldmatrix. Widened first, the tile is 16-bit in shared memory and read
-    with ldmatrix like a bf16 one."""
-    return tl.inline_asm_elementwise(
-        "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; "
-        "cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
-        "=r,=r,r",
-        [x],
-        dtype=tl.float16,
-        is_pure=False,
-        pack=4,
-    )
 
 
 @triton.jit
 def _tile_offsets(
     table, tile_start, end, seq_len, sliding_window, offs_n, head_offset,
-    stride_cache_block, stride_cache_slot, BLOCK_SIZE: tl.constexpr,
+    stride_cache_block, stride_cache_slot, BLOCK_SIZE: tl.constexpr, WINDOWED: tl.constexpr,
 ):  # fmt: skip
     """The tile's tokens that count, and each one's offset in the cache (page + slot)."""
     positions = tile_start + offs_n
     valid = positions < end
-    if sliding_window > 0:
+    if WINDOWED:
         valid = valid & (positions > seq_len - 1 - sliding_window)
     block_ids = tl.load(table + positions // BLOCK_SIZE, mask=valid, other=0)
     token_offs = (
@@ -68,15 +47,12 @@ def _tile_offsets(
 @triton.jit
 def _scores(
     q, k, valid, m_i, l_i, scale_log2,
-    IEEE_FP32: tl.constexpr, DOT_FP16: tl.constexpr, WIDEN: tl.constexpr,
+    IEEE_FP32: tl.constexpr,
 ):  # fmt: skip
     """One tile's softmax numerators against the running maximum: (p, new maximum, new
-    denominator, the factor that rescales what was accumulated before)."""
-    # a float8 cache is widened to the products' dtype
-    if DOT_FP16 and WIDEN == 2:  # noqa: SIM108 - constexpr branches compile separately
-        k = _e4m3_to_f16(k)
-    else:
-        k = k.to(q.dtype)
+    denominator, the factor that rescales what was accumulated before). p is exactly 0
+    for every token outside `valid`."""
+    k = k.to(q.dtype)  # a float8 cache is widened to the products' dtype
     if IEEE_FP32:  # noqa: SIM108 - constexpr branches compile separately
         s = tl.dot(q, k, input_precision="ieee")
     else:
@@ -90,14 +66,37 @@ def _scores(
 
 
 @triton.jit
-def _accumulate(
-    acc, p, v, alpha, dtype,
-    IEEE_FP32: tl.constexpr, DOT_FP16: tl.constexpr, WIDEN: tl.constexpr,
+def load_value_pages(
+    v_cache_ptr, table, tile_start, end, head_offset, stride_v_block, offs_d,
+    BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PADDED: tl.constexpr,
 ):  # fmt: skip
-    if DOT_FP16 and WIDEN >= 1:  # noqa: SIM108
-        v = _e4m3_to_f16(v)
-    else:
-        v = v.to(dtype)
+    """The V rows of tokens tile_start.. tile_start + TILE_N as [TILE_N, HEAD_DIM_PADDED],
+    from a page-major cache (kernels.reference.value_pages): each page is loaded whole,
+    [pages, dim, slot] with the slots contiguous, then viewed token by token. tile_start
+    is a multiple of BLOCK_SIZE. Pages from `end` on read as zeros; the slots past `end`
+    in the last page are read as stored, finite (stores saturate and the cache starts
+    zeroed), so they count for nothing where the caller's p is 0."""
+    PAGES: tl.constexpr = TILE_N // BLOCK_SIZE
+    page = tile_start // BLOCK_SIZE + tl.arange(0, PAGES)
+    in_use = page * BLOCK_SIZE < end
+    blocks = tl.load(table + page, mask=in_use, other=0).to(tl.int64)
+    offs_s = tl.arange(0, BLOCK_SIZE)
+    mask = in_use[:, None, None]
+    if HEAD_DIM < HEAD_DIM_PADDED:  # a mask that varies along dim costs registers: only if needed
+        mask = mask & (offs_d < HEAD_DIM)[None, :, None]
+    v = tl.load(
+        v_cache_ptr + (blocks * stride_v_block + head_offset)[:, None, None]
+        + offs_d[None, :, None] * BLOCK_SIZE + offs_s[None, None, :],
+        mask=mask,
+        other=0.0,
+    )  # fmt: skip
+    return tl.reshape(tl.permute(v, (0, 2, 1)), (TILE_N, HEAD_DIM_PADDED))
+
+
+@triton.jit
+def _accumulate(acc, p, v, alpha, dtype, IEEE_FP32: tl.constexpr):
+    v = v.to(dtype)
     if IEEE_FP32:
         return acc * alpha[:, None] + tl.dot(p.to(dtype), v, input_precision="ieee")
     return acc * alpha[:, None] + tl.dot(p.to(dtype), v)
@@ -107,19 +106,21 @@ def _accumulate(
 def _decode_partial_kernel(
     q_ptr,  # [num_seqs, heads, dim]
     k_cache_ptr,  # [blocks, block_size, kv_heads, dim]
-    v_cache_ptr,
+    v_cache_ptr,  # [blocks, kv_heads, dim, block_size]
     block_tables_ptr,  # [num_seqs, max_blocks]
     seq_lens_ptr,  # [num_seqs]
     out_ptr,  # NUM_SPLITS == 1: [num_seqs, heads, dim]; else [num_seqs, heads, splits, dim]
     m_ptr,  # [num_seqs, heads, splits] fp32 (unused when NUM_SPLITS == 1)
     l_ptr,
     scale_log2,  # softmax scale × log2(e)
-    sliding_window,  # 0: none
+    sliding_window,
     stride_q_seq,
     stride_q_head,
     stride_cache_block,
     stride_cache_slot,
     stride_cache_head,
+    stride_v_block,
+    stride_v_head,
     stride_table_seq,
     QUERIES_PER_KV: tl.constexpr,
     GROUP_PADDED: tl.constexpr,  # QUERIES_PER_KV padded to >= 16 for tl.dot
@@ -129,9 +130,9 @@ def _decode_partial_kernel(
     TILE_N: tl.constexpr,  # tokens per iteration, a multiple of BLOCK_SIZE
     NUM_SPLITS: tl.constexpr,
     NUM_HEADS: tl.constexpr,
+    WINDOWED: tl.constexpr,  # sliding_window > 0
     IEEE_FP32: tl.constexpr,
     DOT_FP16: tl.constexpr,  # float8 K/V: products in fp16 (see dot_in_fp16)
-    WIDEN: tl.constexpr,  # with DOT_FP16: WIDEN_BY_TRITON, WIDEN_V or WIDEN_KV
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -143,7 +144,7 @@ def _decode_partial_kernel(
     tiles_per_split = tl.cdiv(tiles, NUM_SPLITS)
     start = split * tiles_per_split * TILE_N
     end = tl.minimum(start + tiles_per_split * TILE_N, seq_len)
-    if sliding_window > 0:
+    if WINDOWED:
         start = tl.maximum(start, ((seq_len - sliding_window) // TILE_N) * TILE_N)
 
     offs_g = tl.arange(0, GROUP_PADDED)
@@ -168,17 +169,18 @@ def _decode_partial_kernel(
     for tile_start in range(start, end, TILE_N):
         valid, token_offs = _tile_offsets(
             table, tile_start, end, seq_len, sliding_window, offs_n, head_offset,
-            stride_cache_block, stride_cache_slot, BLOCK_SIZE,
+            stride_cache_block, stride_cache_slot, BLOCK_SIZE, WINDOWED,
         )  # fmt: skip
-        kv_mask = valid[None, :] & d_mask[:, None]
+        kv_mask = valid[None, :]
+        if HEAD_DIM < HEAD_DIM_PADDED:
+            kv_mask = kv_mask & d_mask[:, None]
         k = tl.load(k_cache_ptr + token_offs[None, :] + offs_d[:, None], mask=kv_mask, other=0.0)
-        p, m_i, l_i, alpha = _scores(q, k, valid, m_i, l_i, scale_log2, IEEE_FP32, DOT_FP16, WIDEN)
-        v = tl.load(  # after the scores: the order every sweep measured
-            v_cache_ptr + token_offs[:, None] + offs_d[None, :],
-            mask=valid[:, None] & d_mask[None, :],
-            other=0.0,
-        )
-        acc = _accumulate(acc, p, v, alpha, q.dtype, IEEE_FP32, DOT_FP16, WIDEN)
+        p, m_i, l_i, alpha = _scores(q, k, valid, m_i, l_i, scale_log2, IEEE_FP32)
+        v = load_value_pages(  # after the scores: the order every sweep measured
+            v_cache_ptr, table, tile_start, end, kv_head * stride_v_head, stride_v_block,
+            offs_d, BLOCK_SIZE, TILE_N, HEAD_DIM, HEAD_DIM_PADDED,
+        )  # fmt: skip
+        acc = _accumulate(acc, p, v, alpha, q.dtype, IEEE_FP32)
 
     out_mask = g_mask[:, None] & d_mask[None, :]
     if NUM_SPLITS == 1:
@@ -240,20 +242,6 @@ def dot_in_fp16(query: torch.Tensor, kv_cache: torch.Tensor) -> bool:
     return kv_cache.element_size() == 1 and query.dtype in (torch.float16, torch.bfloat16)
 
 
-def widen_mode(kv_cache: torch.Tensor) -> int:
-    """In-register widening needs the e4m3 conversion instruction (CUDA sm_89+)."""
-    if kv_cache.dtype != torch.float8_e4m3fn or kv_cache.device.type != "cuda":
-        return WIDEN_BY_TRITON  # Triton's interpreter runs no inline assembly
-    if torch.version.hip is not None:
-        return WIDEN_BY_TRITON
-    if torch.cuda.get_device_capability(kv_cache.device) < (8, 9):
-        return WIDEN_BY_TRITON
-    # V alone: K's operand layout is dimension-major like the cache, so Triton's 8-bit
-    # staging of K reads with ldmatrix already, at half the shared-memory bytes
-    # (bench/results/2026-12-02-h200-fp8-decode-widen.md: 315 against 411 us a layer)
-    return WIDEN_V
-
-
 class DecodeWorkspace:
     """Scratch buffers for split-K partials, allocated once (CUDA graphs need fixed ones)."""
 
@@ -281,7 +269,6 @@ def paged_decode_attention(
     num_stages: int | None = None,
     out: torch.Tensor | None = None,  # contiguous, like query
     dot_fp16: bool | None = None,  # None: dot_in_fp16 (an override for sweeps)
-    widen: int | None = None,  # None: widen_mode (an override for sweeps)
 ) -> torch.Tensor:
     num_seqs, num_heads, head_dim = query.shape
     _, _, block_size, num_kv_heads, _ = kv_cache.shape
@@ -295,21 +282,17 @@ def paged_decode_attention(
         workspace = DecodeWorkspace(num_seqs, num_heads, head_dim, num_splits, query.device)
     group = num_heads // num_kv_heads
     head_dim_padded = triton.next_power_of_2(head_dim)
-    if widen is None:
-        widen = widen_mode(kv_cache)
     # Measured on the H200 (bench/kernel_sweep.py): long unsplit contexts like wide tiles
-    # and deep pipelines (4.0 TB/s at batch 256); split ranges are short. A float8 cache
-    # widened in registers is fastest with 64-token tiles, two stages, at any split
-    # count (bench/fp8_decode_widen.py).
-    fp8_in_registers = kv_cache.element_size() == 1 and widen != WIDEN_BY_TRITON
+    # (4.0 TB/s at batch 256); split ranges are short. A float8 cache's tiles are half the
+    # bytes, and two stages of them keep its loads in flight.
     if tile_n is None:
-        tile_n = 128 if num_splits == 1 and not fp8_in_registers else 64
+        tile_n = 128 if num_splits == 1 else 64
         if query.element_size() == 4:  # the same shared memory a stage as 16-bit inputs
             tile_n //= 2
         tile_n = max(tile_n, block_size)
     if num_stages is None:
-        num_stages = 2 if fp8_in_registers else 4 if num_splits == 1 else 3
-    key_cache, value_cache = kv_cache[0], kv_cache[1]
+        num_stages = 2 if kv_cache.element_size() == 1 else 4 if num_splits == 1 else 3
+    key_cache, value_cache = kv_cache[0], reference.value_pages(kv_cache)
     partial_out = out if num_splits == 1 else workspace.partial
     m_buf = out if num_splits == 1 else workspace.m
     l_buf = out if num_splits == 1 else workspace.l
@@ -329,6 +312,8 @@ def paged_decode_attention(
         key_cache.stride(0),
         key_cache.stride(1),
         key_cache.stride(2),
+        value_cache.stride(0),
+        value_cache.stride(1),
         block_tables.stride(0),
         QUERIES_PER_KV=group,
         GROUP_PADDED=max(16, triton.next_power_of_2(group)),
@@ -338,9 +323,9 @@ def paged_decode_attention(
         TILE_N=tile_n,
         NUM_SPLITS=num_splits,
         NUM_HEADS=num_heads,
+        WINDOWED=bool(sliding_window),
         IEEE_FP32=query.dtype == torch.float32,
         DOT_FP16=dot_in_fp16(query, kv_cache) if dot_fp16 is None else dot_fp16,
-        WIDEN=widen,
         num_warps=num_warps,
         num_stages=num_stages,
     )

@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from pagoda.engine.kernels import reference
+
 
 @triton.jit
 def _rms_norm_kernel(
@@ -121,15 +123,18 @@ def _rope_and_store_kernel(
     stride_cos,
     stride_qo_token,
     stride_qo_head,
-    stride_cache_slot,
+    stride_cache_slot,  # K: [blocks, block_size, kv_heads, dim]
     stride_cache_head,
+    stride_v_block,  # V: [blocks, kv_heads, dim, block_size] (reference.value_pages)
+    stride_v_head,
     NUM_HEADS: tl.constexpr,
     NUM_KV_HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     HEADS_PADDED: tl.constexpr,
     HALF_PADDED: tl.constexpr,
     QK_NORM: tl.constexpr,
-    CACHE_MAX: tl.constexpr,  # a float8 cache's largest value (saturate, not NaN); else 0
+    BLOCK_SIZE: tl.constexpr,
+    CACHE_MAX: tl.constexpr,  # the cache dtype's largest value: stores saturate
 ):
     token = tl.program_id(0).to(tl.int64)
     is_kv = tl.program_id(1)  # 0: query heads, 1: key and value heads
@@ -181,16 +186,18 @@ def _rope_and_store_kernel(
         v2 = tl.load(v_base + half + offs_d[None, :], mask=mask, other=0.0)
         v1 = _as_cached(v1, v_inv_scale, v_cache_ptr, CACHE_MAX)
         v2 = _as_cached(v2, v_inv_scale, v_cache_ptr, CACHE_MAX)
-        tl.store(v_cache_ptr + cache, v1, mask=mask)
-        tl.store(v_cache_ptr + cache + half, v2, mask=mask)
+        page = (slot // BLOCK_SIZE) * stride_v_block + slot % BLOCK_SIZE
+        v_cache = page + offs_h[:, None] * stride_v_head + offs_d[None, :] * BLOCK_SIZE
+        tl.store(v_cache_ptr + v_cache, v1, mask=mask)
+        tl.store(v_cache_ptr + v_cache + half * BLOCK_SIZE, v2, mask=mask)
 
 
 @triton.jit
 def _as_cached(x, inv_scale, cache_ptr, CACHE_MAX: tl.constexpr):
-    """x in the cache's dtype, as kernels.reference.store_kv makes it (a float8 cache:
-    scaled, then saturated)."""
-    if CACHE_MAX > 0:
-        x = tl.minimum(tl.maximum(x.to(tl.float32) * inv_scale, -CACHE_MAX), CACHE_MAX)
+    """x in the cache's dtype as kernels.reference.to_cache_dtype makes it: scaled (a
+    float8 cache), NaN as 0, saturated."""
+    x = x.to(tl.float32) * inv_scale
+    x = tl.minimum(tl.maximum(tl.where(x == x, x, 0.0), -CACHE_MAX), CACHE_MAX)
     return x.to(cache_ptr.dtype.element_ty)
 
 
@@ -212,7 +219,7 @@ def rope_and_store(
     """Rotate q and k, write k and v into the cache; returns q as [tokens, heads, dim]."""
     tokens = qkv.shape[0]
     q = torch.empty((tokens, num_heads, head_dim), dtype=qkv.dtype, device=qkv.device)
-    key_cache, value_cache = kv_cache[0], kv_cache[1]
+    key_cache, value_cache = kv_cache[0], reference.value_pages(kv_cache)
     _rope_and_store_kernel[(tokens, 2)](
         qkv,
         positions,
@@ -233,12 +240,15 @@ def rope_and_store(
         q.stride(1),
         key_cache.stride(1),
         key_cache.stride(2),
+        value_cache.stride(0),
+        value_cache.stride(1),
         NUM_HEADS=num_heads,
         NUM_KV_HEADS=num_kv_heads,
         HEAD_DIM=head_dim,
         HEADS_PADDED=triton.next_power_of_2(num_heads),
         HALF_PADDED=triton.next_power_of_2(head_dim // 2),
         QK_NORM=q_norm is not None,
-        CACHE_MAX=torch.finfo(kv_cache.dtype).max if kv_cache.element_size() == 1 else 0,
+        BLOCK_SIZE=kv_cache.shape[2],
+        CACHE_MAX=torch.finfo(kv_cache.dtype).max,
     )
     return q

@@ -17,7 +17,6 @@ import triton
 import triton.language as tl
 
 from pagoda.engine.kernels import triton_fp8_gemv
-from pagoda.engine.kernels.triton_decode import _e4m3_to_f16
 
 MAX_ROWS = 16  # rows of x one launch serves (the tensor-core tile's height)
 
@@ -145,9 +144,9 @@ def skinny_linear(
 # tiles multiply in fp16, bf16 inputs rounded to fp16 (3 more mantissa bits, clamped to
 # its ±65504 range), since e4m3 widens to fp16 in one instruction (cvt.rn.f16x2.e4m3x2)
 # and to bf16 only through several. `widen_in_registers` (with fp16 products, on CUDA):
-# that instruction inline and impure right after the global load, so the tile goes
-# through shared memory as fp16, as the fp8 KV cache's decode kernel does (triton_decode.py
-# `_e4m3_to_f16`); here it was slower (qkv 32 against 18 µs, gate/up 99 against 47). Even
+# that instruction inline and impure right after the global load (`_e4m3_to_f16`), so
+# the tile goes through shared memory as fp16; it was slower (qkv 32 against 18 µs,
+# gate/up 99 against 47). Even
 # at its best this product reads 1.1-2.5 TB/s of e4m3 (bf16: 3.0-4.3), so at one row it
 # takes about what bf16 takes: widening, not memory, bounds it. Settings: the fastest at
 # one row in bench/fp8_linear_sweep.py on the H200 (bench/results/
@@ -166,6 +165,23 @@ FP8_SETTINGS = {
     "gate_up_proj": _fp8("gate_up_proj", 32, 256, 4, False),
     "down_proj": _fp8("down_proj", 32, 512, 4, False),
 }
+
+
+@triton.jit
+def _e4m3_to_f16(x):
+    """float8 e4m3 to fp16 by the hardware's paired conversion (sm_89+), declared impure
+    so that Triton keeps it where it is: in the load's layout, before the tile goes
+    through shared memory (as a plain `.to()` Triton widens after the operand-layout
+    load, staging 8-bit tiles)."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; "
+        "cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
+        "=r,=r,r",
+        [x],
+        dtype=tl.float16,
+        is_pure=False,
+        pack=4,
+    )
 
 
 @triton.jit

@@ -21,6 +21,13 @@ def poisoned(*shape, dtype=torch.float32):
     return torch.full(shape, float("nan"), dtype=dtype, device=DEVICE)
 
 
+def slot_rows(cache: torch.Tensor) -> torch.Tensor:
+    """A layer's cache as [K or V, slot, kv_heads, dim] in fp32, V unpaged."""
+    _, _, _, kv_heads, dim = cache.shape
+    value = reference.value_pages(cache).float().permute(0, 3, 1, 2).reshape(-1, kv_heads, dim)
+    return torch.stack([cache[0].float().reshape(-1, kv_heads, dim), value])
+
+
 @pytest.mark.parametrize("hidden", [48, 100])
 def test_rms_norm_with_and_without_residual(fused, hidden):
     norm = RMSNorm(hidden, 1e-5).to(DEVICE)
@@ -78,13 +85,28 @@ def test_rope_and_store_matches_rotary_plus_store(fused, qk_norm):
         k_norm=None if k_norm is None else k_norm.weight,
     )
     torch.testing.assert_close(got_q, expected_q, atol=1e-5, rtol=1e-5)
-    written = cache.view(2, -1, kv_heads, dim)[:, slots]
-    torch.testing.assert_close(
-        written, expected_cache.view(2, -1, kv_heads, dim)[:, slots], atol=1e-5, rtol=1e-5
-    )
+    written = slot_rows(cache)[:, slots]
+    torch.testing.assert_close(written, slot_rows(expected_cache)[:, slots], atol=1e-5, rtol=1e-5)
     untouched = torch.ones(32, dtype=torch.bool, device=DEVICE)
     untouched[slots] = False
-    assert torch.isnan(cache.view(2, -1, kv_heads, dim)[:, untouched]).all()
+    assert torch.isnan(slot_rows(cache)[:, untouched]).all()
+
+
+def test_rope_and_store_keeps_the_cache_finite_like_the_reference(fused):
+    """NaN stored as 0 and inf saturated, as reference.store_kv does: the attention kernels
+    read V a page at a time, and a stale NaN would poison the next sequence's sum."""
+    heads, kv_heads, dim, tokens = 2, 1, 16, 3
+    rotary = RotaryEmbedding(dim, 16, 10000.0, None).to(DEVICE)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, device=DEVICE)
+    qkv[0, -dim:] = float("nan")  # token 0's V
+    qkv[1, -dim:] = float("inf")
+    positions, slots = torch.arange(tokens, device=DEVICE), torch.tensor([3, 9, 4], device=DEVICE)
+    cache = poisoned(2, 2, 8, kv_heads, dim)
+    fused.rope_and_store(qkv, positions, rotary.cos, rotary.sin, cache, slots, heads, kv_heads, dim)
+    value = slot_rows(cache)[1, slots, 0]
+    assert torch.equal(value[0], torch.zeros(dim, device=DEVICE))
+    assert torch.equal(value[1], torch.full((dim,), torch.finfo(torch.float32).max, device=DEVICE))
+    assert torch.isfinite(value[2]).all()
 
 
 @pytest.mark.gpu
@@ -102,11 +124,11 @@ def test_rope_and_store_into_a_float8_cache_saturates_like_the_reference(fused):
     reference.store_kv(expected_k, v.view(tokens, kv_heads, dim), expected, slots)
     cache = torch.zeros_like(expected)
     fused.rope_and_store(qkv, positions, rotary.cos, rotary.sin, cache, slots, heads, kv_heads, dim)
-    written = cache.view(2, -1, kv_heads, dim)[:, slots].float()
+    written = slot_rows(cache)[:, slots]
     assert torch.isfinite(written).all() and written.abs().max() == 448
     # the same float8 value, or one step apart where the rotation rounds differently (the
     # kernel rotates in fp32, the reference in bf16: inputs near 1000 are 4 apart in bf16)
-    wanted = expected.view(2, -1, kv_heads, dim)[:, slots].float()
+    wanted = slot_rows(expected)[:, slots]
     torch.testing.assert_close(written, wanted, atol=8, rtol=0.13)
 
 
@@ -131,8 +153,8 @@ def test_rope_and_store_into_a_float8_cache_divides_by_the_kv_scales(fused):
         qkv, positions, rotary.cos, rotary.sin, cache, slots, heads, kv_heads, dim,
         kv_scales=scales,
     )  # fmt: skip
-    written = cache.view(2, -1, kv_heads, dim)[:, slots].float()
-    wanted = expected.view(2, -1, kv_heads, dim)[:, slots].float()
+    written = slot_rows(cache)[:, slots]
+    wanted = slot_rows(expected)[:, slots]
     assert written[1].abs().max() == 448 and written[0].abs().max() < 448
     torch.testing.assert_close(written, wanted, atol=2, rtol=0.13)  # one step apart at most
 

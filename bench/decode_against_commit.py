@@ -1,0 +1,95 @@
+"""The engine's decode attention kernel against the one at an earlier commit, on the same
+batches in the same run: a kernel or cache-layout change timed beside its peer.
+
+    python bench/decode_against_commit.py b6c7dbf
+
+Batch 256 × 1,024–2,048-token contexts and batch 32 × 4,096–8,192 (Llama-3.1-8B
+attention shapes), over a bf16 and a float8 cache. Each kernel is timed at the launch
+settings it picks itself and at the best of a small grid (splits, tile, stages). Both
+read the same random cache, the earlier kernel in its own layout (timing only); the
+current kernel's output is checked against the reference first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import itertools
+import random
+import subprocess
+import tempfile
+from pathlib import Path
+
+import kernel_sweep  # bench/kernel_sweep.py: the batches
+import torch
+import triton
+
+from pagoda.engine.kernels import reference, triton_decode
+
+WORKLOADS = {  # (batch, shortest, longest context): the grid of (splits, tile, stages)
+    (256, 1024, 2048): list(itertools.product([1, 2], [64, 128], [2, 3, 4])),
+    (32, 4096, 8192): list(itertools.product([2, 4], [64, 128], [2, 3])),
+}
+
+
+def kernel_at(commit: str):
+    """triton_decode.py as it was at `commit`, imported from a file of its own."""
+    source = subprocess.check_output(["git", "show", f"{commit}:engine/kernels/triton_decode.py"])
+    path = Path(tempfile.mkdtemp()) / f"triton_decode_at_{commit}.py"
+    path.write_bytes(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def median_ms(run) -> float:
+    return triton.testing.do_bench(run, warmup=20, rep=100, return_mode="median")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("commit", help="the commit whose triton_decode.py is the peer")
+    args = parser.parse_args()
+    kernels = {f"at {args.commit}": kernel_at(args.commit), "this tree": triton_decode}
+    heads, dim = kernel_sweep.HEADS, kernel_sweep.DIM
+    rows = []
+    for dtype, (batch, low, high) in itertools.product(
+        [torch.bfloat16, torch.float8_e4m3fn], WORKLOADS
+    ):
+        kernel_sweep.KV_DTYPE = dtype
+        rng = random.Random(0)
+        lens = [rng.randint(low, high) for _ in range(batch)]
+        cache, meta, query, kv_bytes = kernel_sweep.make_batch(lens, [1] * batch)
+        workspace = triton_decode.DecodeWorkspace(batch, heads, dim, 16, query.device)
+        expected = reference.paged_attention(query, cache, meta, dim**-0.5).float()
+        got = triton_decode.paged_decode_attention(
+            query, cache, meta.block_tables, meta.seq_lens, dim**-0.5, None, None, workspace
+        )
+        error = (got.float() - expected).abs().max().item()
+        for name, module in kernels.items():
+            launch = functools.partial(
+                module.paged_decode_attention,
+                query, cache, meta.block_tables, meta.seq_lens, dim**-0.5, None,
+            )  # fmt: skip
+            own = median_ms(functools.partial(launch, None, workspace))
+            best = min(
+                (median_ms(functools.partial(launch, s, workspace, tile_n=t, num_stages=n)),
+                 (s, t, n))
+                for s, t, n in WORKLOADS[(batch, low, high)]
+            )  # fmt: skip
+            rows.append((str(dtype).split(".")[1], f"{batch} x {low}-{high}", name, own, *best,
+                         kv_bytes, error if module is triton_decode else None))  # fmt: skip
+            print(rows[-1], flush=True)
+    print("\n| cache | batch x context | kernel | own settings us | TB/s | best us | TB/s "
+          "| best (splits, tile, stages) | max abs err |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for dtype, workload, name, own, best, setting, size, error in rows:
+        err = "" if error is None else f"{error:.1e}"
+        print(f"| {dtype} | {workload} | {name} | {own * 1e3:.1f} | {size / own / 1e9:.2f} "
+              f"| {best * 1e3:.1f} | {size / best / 1e9:.2f} | {setting} | {err} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
