@@ -282,16 +282,16 @@ def paged_decode_attention(
         workspace = DecodeWorkspace(num_seqs, num_heads, head_dim, num_splits, query.device)
     group = num_heads // num_kv_heads
     head_dim_padded = triton.next_power_of_2(head_dim)
-    # Measured on the H200 (bench/kernel_sweep.py): long unsplit contexts like wide tiles
-    # (4.0 TB/s at batch 256); split ranges are short. A float8 cache's tiles are half the
-    # bytes, and two stages of them keep its loads in flight.
+    # Measured on the H200 (bench/decode_against_commit.py, split or not, batch 256 and
+    # 32 at long contexts): float8 pages are half the bytes, so twice the tokens a tile;
+    # two stages of loads in flight are enough for either dtype.
     if tile_n is None:
-        tile_n = 128 if num_splits == 1 else 64
+        tile_n = 128 if kv_cache.element_size() == 1 else 64
         if query.element_size() == 4:  # the same shared memory a stage as 16-bit inputs
             tile_n //= 2
         tile_n = max(tile_n, block_size)
     if num_stages is None:
-        num_stages = 2 if kv_cache.element_size() == 1 else 4 if num_splits == 1 else 3
+        num_stages = 2
     key_cache, value_cache = kv_cache[0], reference.value_pages(kv_cache)
     partial_out = out if num_splits == 1 else workspace.partial
     m_buf = out if num_splits == 1 else workspace.m

@@ -109,11 +109,15 @@ def test_a_float8_kv_cache_on_gpu_matches_the_reference_path(llama_dir):
 
 
 def test_kv_cache_is_sized_from_free_gpu_memory(llama_dir):
-    llm = LLM(str(llama_dir), device="cuda", max_model_len=2048, gpu_memory_utilization=0.05)
+    """The cache gets what the budget leaves over the memory already in use (the CUDA
+    context, earlier tests' engines): a budget of 3 GiB above it here."""
+    free, total = torch.cuda.mem_get_info()
+    headroom = 3 * 2**30
+    utilization = (total - free + headroom) / total
+    llm = LLM(str(llama_dir), device="cuda", max_model_len=2048, gpu_memory_utilization=utilization)
     core = llm.engine.core
-    total = torch.cuda.mem_get_info()[1]
     cache_bytes = sum(t.numel() * t.element_size() for t in core.runner.kv_caches)
-    assert cache_bytes <= 0.05 * total
+    assert cache_bytes <= headroom
     assert core.kv_cache.num_blocks * 16 >= 2048
 
 
