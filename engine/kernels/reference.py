@@ -41,7 +41,7 @@ def value_pages(kv_cache: torch.Tensor) -> torch.Tensor:
     multiplies P [queries, tokens] by V [tokens, dim], which reduces over tokens; with the
     tokens contiguous a tile of V reaches the tensor cores without a transposing
     shared-memory read, which a float8 tile has no instruction for (the fp8 decode kernel
-    went from 318 to 235 us a layer: bench/results/2026-12-04-h200-fp8-decode-vpages.md)."""
+    went from 316 to 231 us a layer: bench/results/2026-12-04-h200-decode-page-major-v.md)."""
     _, blocks, block_size, num_kv_heads, head_dim = kv_cache.shape
     return kv_cache[1].view(blocks, num_kv_heads, head_dim, block_size)
 
