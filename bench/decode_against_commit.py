@@ -3,11 +3,12 @@ batches in the same run: a kernel or cache-layout change timed beside its peer.
 
     python bench/decode_against_commit.py b6c7dbf
 
-Batch 256 × 1,024–2,048-token contexts and batch 32 × 4,096–8,192 (Llama-3.1-8B
-attention shapes), over a bf16 and a float8 cache. Each kernel is timed at the launch
-settings it picks itself and at the best of a small grid (splits, tile, stages). Both
-read the same random cache, the earlier kernel in its own layout (timing only); the
-current kernel's output is checked against the reference first.
+Batch 256 and 512 × 1,024–2,048-token contexts and batch 32 × 4,096–8,192
+(Llama-3.1-8B attention shapes), over a bf16 and a float8 cache. Each kernel is timed at
+the launch settings it picks itself and at the best of a small grid (splits, tile,
+stages, warps), the same grid for both. Both read the same random cache, the earlier
+kernel in its own layout (timing only); the current kernel's output is checked against
+the reference first.
 """
 
 from __future__ import annotations
@@ -27,15 +28,31 @@ import triton
 
 from pagoda.engine.kernels import reference, triton_decode
 
-WORKLOADS = {  # (batch, shortest, longest context): the grid of (splits, tile, stages)
-    (256, 1024, 2048): list(itertools.product([1, 2], [64, 128], [2, 3, 4])),
-    (32, 4096, 8192): list(itertools.product([2, 4], [64, 128], [2, 3])),
+# cache dtype -> (batch, shortest, longest context) -> the grid of (splits, tile, stages,
+# warps): around each dtype's defaults (float8 128-token tiles, 16-bit 64; two stages)
+WORKLOADS = {
+    torch.bfloat16: {
+        (256, 1024, 2048): list(itertools.product([1], [64, 128], [2, 3], [4])),
+        (512, 1024, 2048): list(itertools.product([1], [64], [2], [4, 8])),
+        (32, 4096, 8192): list(itertools.product([2, 4], [64], [2], [4])),
+    },
+    torch.float8_e4m3fn: {
+        (256, 1024, 2048): list(itertools.product([1], [128, 256], [2, 3], [4, 8])),
+        (512, 1024, 2048): list(itertools.product([1], [128], [2], [4, 8])),
+        (32, 4096, 8192): list(itertools.product([2, 4], [128], [2], [4, 8])),
+    },
 }
 
 
 def kernel_at(commit: str):
-    """triton_decode.py as it was at `commit`, imported from a file of its own."""
-    source = subprocess.check_output(["git", "show", f"{commit}:engine/kernels/triton_decode.py"])
+    """triton_decode.py as it was at `commit` (or the copy of it in the file of that
+    name: a machine whose clone lacks the commit), imported from a file of its own."""
+    if Path(commit).is_file():
+        source, commit = Path(commit).read_bytes(), Path(commit).stem
+    else:
+        source = subprocess.check_output(
+            ["git", "show", f"{commit}:engine/kernels/triton_decode.py"]
+        )
     path = Path(tempfile.mkdtemp()) / f"triton_decode_at_{commit}.py"
     path.write_bytes(source)
     spec = importlib.util.spec_from_file_location(path.stem, path)
@@ -50,13 +67,15 @@ def median_ms(run) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("commit", help="the commit whose triton_decode.py is the peer")
+    parser.add_argument(
+        "commit", help="the commit whose triton_decode.py is the peer, or a copy of that file"
+    )
     args = parser.parse_args()
-    kernels = {f"at {args.commit}": kernel_at(args.commit), "this tree": triton_decode}
+    kernels = {f"at {Path(args.commit).stem}": kernel_at(args.commit), "this tree": triton_decode}
     heads, dim = kernel_sweep.HEADS, kernel_sweep.DIM
     rows = []
-    for dtype, (batch, low, high) in itertools.product(
-        [torch.bfloat16, torch.float8_e4m3fn], WORKLOADS
+    for dtype, (batch, low, high) in (
+        (dtype, workload) for dtype, workloads in WORKLOADS.items() for workload in workloads
     ):
         kernel_sweep.KV_DTYPE = dtype
         rng = random.Random(0)
@@ -75,15 +94,15 @@ def main() -> None:
             )  # fmt: skip
             own = median_ms(functools.partial(launch, None, workspace))
             best = min(
-                (median_ms(functools.partial(launch, s, workspace, tile_n=t, num_stages=n)),
-                 (s, t, n))
-                for s, t, n in WORKLOADS[(batch, low, high)]
+                (median_ms(functools.partial(
+                    launch, s, workspace, tile_n=t, num_stages=n, num_warps=w)), (s, t, n, w))
+                for s, t, n, w in WORKLOADS[dtype][(batch, low, high)]
             )  # fmt: skip
             rows.append((str(dtype).split(".")[1], f"{batch} x {low}-{high}", name, own, *best,
                          kv_bytes, error if module is triton_decode else None))  # fmt: skip
             print(rows[-1], flush=True)
     print("\n| cache | batch x context | kernel | own settings us | TB/s | best us | TB/s "
-          "| best (splits, tile, stages) | max abs err |")  # fmt: skip
+          "| best (splits, tile, stages, warps) | max abs err |")  # fmt: skip
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for dtype, workload, name, own, best, setting, size, error in rows:
         err = "" if error is None else f"{error:.1e}"

@@ -134,8 +134,8 @@ def _decode_partial_kernel(
     IEEE_FP32: tl.constexpr,
     DOT_FP16: tl.constexpr,  # float8 K/V: products in fp16 (see dot_in_fp16)
 ):
-    seq = tl.program_id(0)
-    kv_head = tl.program_id(1)
+    kv_head = tl.program_id(0)
+    seq = tl.program_id(1)
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + seq)
 
@@ -296,7 +296,10 @@ def paged_decode_attention(
     partial_out = out if num_splits == 1 else workspace.partial
     m_buf = out if num_splits == 1 else workspace.m
     l_buf = out if num_splits == 1 else workspace.l
-    _decode_partial_kernel[(num_seqs, num_kv_heads, num_splits)](
+    # The KV heads of a sequence are neighbouring programs, so the programs resident at
+    # once read whole cached token rows (all heads) and whole pages rather than one
+    # head's slice of many sequences' pages.
+    _decode_partial_kernel[(num_kv_heads, num_seqs, num_splits)](
         query,
         key_cache,
         value_cache,
