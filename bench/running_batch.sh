@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
 # Throughput (workload 1 of ../shared/BENCHMARKS.md: 1000 x (1024 in, 1024 out)) at
-# several settings one after the other on one GPU, each beside the others in the same
-# call, after the decode kernel against an earlier commit's (bench/decode_against_commit.py):
-#   bash bench/running_batch.sh OUT PEER_COMMIT NAME="FLAGS" [NAME="FLAGS" ...]
-# e.g. fp8w-256="--quantization fp8 --kv-cache-dtype fp8 --max-num-seqs 256". PEER_COMMIT
-# may also be a copy of that commit's engine/kernels/triton_decode.py; "-" skips the kernel
-# comparison. Result files land under OUT/NAME/; each run's summary prints as it ends.
+# several settings, one after the other on one GPU, after the decode kernel against
+# earlier ones (bench/decode_against_commit.py) when PEERS names them:
+#   PEERS="c9619b3 .peer/variant.py" bash bench/running_batch.sh OUT NAME="FLAGS" ...
+# e.g. fp8w-256="--quantization fp8 --kv-cache-dtype fp8 --max-num-seqs 256". A peer is a
+# commit or a copy of engine/kernels/triton_decode.py (for a machine whose clone lacks the
+# commit). Result files land under OUT/NAME/; each run's summary prints as it ends.
 set -uo pipefail
-out=$1 peer=$2
-shift 2
+out=$1
+shift
 export PYTHONUNBUFFERED=1 PAGODA_COMMIT=${PAGODA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}
 pagoda() { python -c 'import sys; from pagoda.cli import main; sys.exit(main())' "$@"; }
 logs=$(mktemp -d)  # the device returns few files: OUT keeps the result files
 python -m pip install -q --no-deps --no-build-isolation -e . >"$logs/pip.log" 2>&1 || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
-if [ "$peer" != - ]; then
-    [ -f "$peer" ] && peer=$(realpath "$peer")  # a copy of the peer's triton_decode.py
-    (cd bench && python decode_against_commit.py "$peer") >"$out/decode-kernel.md" 2>&1
+if [ -n "${PEERS:-}" ]; then
+    peers=()
+    for peer in $PEERS; do [ -f "$peer" ] && peers+=("$(realpath "$peer")") || peers+=("$peer"); done
+    (cd bench && python decode_against_commit.py "${peers[@]}") >"$out/decode-kernel.md" 2>&1
     sed -n '/^| cache/,$p' "$out/decode-kernel.md"
+    grep -E "Error|error:" "$out/decode-kernel.md" | tail -n 3
 fi
 for run in "$@"; do
     name=${run%%=*} flags=${run#*=}
