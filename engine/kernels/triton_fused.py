@@ -5,6 +5,9 @@ each costs microseconds even inside a CUDA graph: more than the weights' read ti
 kernels cut a layer to about ten:
 - rms_norm: residual add + RMSNorm in one pass (fp32 inside, as transformers does);
 - silu_and_mul: the MLP activation over the fused gate/up projection;
+  both can also write their output as a W8A8 product's input (`quantize=True`): e4m3
+  with a float32 scale per token, rounded as kernels/triton_fp8.py rounds it from the
+  16-bit result, so the product sees the same numbers without a kernel of its own;
 - rope_and_store: from the fused q/k/v projection, (optional q/k RMSNorm,) rotary
   embedding of q and k, k and v written into their KV-cache slots, q returned.
 Each has a torch twin in the layers (the CPU path) that tests compare against.
@@ -17,6 +20,11 @@ import triton
 import triton.language as tl
 
 from pagoda.engine.kernels import reference
+from pagoda.engine.kernels.fp8_rows import Fp8Rows
+from pagoda.engine.kernels.triton_fp8 import MIN_SCALE, quantize_row, to_e4m3
+from pagoda.engine.quantization import FP8_MAX
+
+FP8 = torch.float8_e4m3fn
 
 
 @triton.jit
@@ -26,6 +34,7 @@ def _rms_norm_kernel(
     weight_ptr,
     out_ptr,
     residual_out_ptr,
+    scale_ptr,  # QUANTIZE: one float32 per row
     eps,
     stride_x,
     stride_r,
@@ -34,6 +43,10 @@ def _rms_norm_kernel(
     HIDDEN: tl.constexpr,
     BLOCK: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr,
+    QUANTIZE: tl.constexpr,  # out is e4m3 over a per-row scale (a W8A8 product's input)
+    DTYPE: tl.constexpr,  # the 16-bit output's dtype, rounded to before quantizing
+    FP8_MAX: tl.constexpr,
+    MIN_SCALE: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
@@ -47,19 +60,24 @@ def _rms_norm_kernel(
     variance = tl.sum(x32 * x32, 0) / HIDDEN
     normed = (x32 * tl.rsqrt(variance + eps)).to(x.dtype)
     weight = tl.load(weight_ptr + offs, mask=mask, other=0.0)
-    tl.store(
-        out_ptr + row * stride_o + offs,
-        (weight.to(tl.float32) * normed.to(tl.float32)).to(out_ptr.dtype.element_ty),
-        mask=mask,
-    )
+    out = (weight.to(tl.float32) * normed.to(tl.float32)).to(DTYPE)
+    if QUANTIZE:
+        out = quantize_row(out, scale_ptr + row, FP8_MAX, MIN_SCALE)
+    tl.store(out_ptr + row * stride_o + offs, out.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 def rms_norm(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    residual: torch.Tensor | None = None,
+    quantize: bool = False,
 ):
-    """RMSNorm(x) or, with `residual`, (RMSNorm(x + residual), x + residual)."""
+    """RMSNorm(x) or, with `residual`, (RMSNorm(x + residual), x + residual); with
+    `quantize`, the normalized rows as e4m3 with their scales (an `Fp8Rows`)."""
     rows, hidden = x.shape
-    out = torch.empty_like(x)
+    out = torch.empty_like(x, dtype=FP8 if quantize else x.dtype)
+    scale = torch.empty(rows, 1, dtype=torch.float32, device=x.device) if quantize else out
     residual_out = torch.empty_like(x) if residual is not None else out
     _rms_norm_kernel[(rows,)](
         x,
@@ -67,6 +85,7 @@ def rms_norm(
         weight,
         out,
         residual_out,
+        scale,
         eps,
         x.stride(0),
         (residual if residual is not None else x).stride(0),
@@ -75,8 +94,17 @@ def rms_norm(
         HIDDEN=hidden,
         BLOCK=triton.next_power_of_2(hidden),
         HAS_RESIDUAL=residual is not None,
+        QUANTIZE=quantize,
+        DTYPE=_TL_DTYPES[x.dtype],
+        FP8_MAX=FP8_MAX,
+        MIN_SCALE=MIN_SCALE,
     )
+    if quantize:
+        out = Fp8Rows(out, scale, x.dtype)
     return out if residual is None else (out, residual_out)
+
+
+_TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
 
 @triton.jit
@@ -86,18 +114,56 @@ def _silu_and_mul_kernel(
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < SIZE
-    gate = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32)
-    up = tl.load(x_ptr + row * stride_x + SIZE + offs, mask=mask, other=0.0).to(tl.float32)
-    out = gate / (1.0 + tl.exp(-gate)) * up
+    out = _silu_times_up(x_ptr + row * stride_x, offs, SIZE)
     tl.store(out_ptr + row * stride_o + offs, out.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """[rows, 2 * size] (gate then up) → silu(gate) * up, [rows, size]."""
+@triton.jit
+def _silu_and_mul_quantized_kernel(
+    x_ptr, out_ptr, scale_ptr, stride_x, stride_o,
+    SIZE: tl.constexpr, BLOCK: tl.constexpr, FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr,
+):  # fmt: skip
+    """One program a row: silu(gate) * up rounded to the input's dtype, a pass for the
+    row's largest magnitude, a second (its inputs from L2) writing e4m3 over the scale."""
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * stride_x
+    largest = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, SIZE, BLOCK):
+        out = _silu_times_up(x_row, start + tl.arange(0, BLOCK), SIZE)
+        largest = tl.maximum(largest, tl.abs(out.to(tl.float32)))
+    scale = tl.maximum(tl.max(largest, axis=0) / FP8_MAX, MIN_SCALE)
+    tl.store(scale_ptr + row, scale)
+    for start in range(0, SIZE, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        value = to_e4m3(_silu_times_up(x_row, offs, SIZE), scale, FP8_MAX)
+        out_row = out_ptr + row * stride_o
+        tl.store(out_row + offs, value.to(out_ptr.dtype.element_ty), mask=offs < SIZE)
+
+
+@triton.jit
+def _silu_times_up(x_row, offs, SIZE: tl.constexpr):
+    """silu(gate) * up at columns offs of one row, in the input's dtype (0 past SIZE)."""
+    gate = tl.load(x_row + offs, mask=offs < SIZE, other=0.0)
+    up = tl.load(x_row + SIZE + offs, mask=offs < SIZE, other=0.0)
+    g32 = gate.to(tl.float32)
+    return (g32 / (1.0 + tl.exp(-g32)) * up.to(tl.float32)).to(gate.dtype)
+
+
+def silu_and_mul(gate_up: torch.Tensor, quantize: bool = False):
+    """[rows, 2 * size] (gate then up) → silu(gate) * up, [rows, size]; with `quantize`,
+    as e4m3 with a scale per row (an `Fp8Rows`)."""
     rows, double = gate_up.shape
     size = double // 2
-    out = torch.empty((rows, size), dtype=gate_up.dtype, device=gate_up.device)
     block = 1024
+    if quantize:
+        values = torch.empty((rows, size), dtype=FP8, device=gate_up.device)
+        scale = torch.empty(rows, 1, dtype=torch.float32, device=gate_up.device)
+        _silu_and_mul_quantized_kernel[(rows,)](
+            gate_up, values, scale, gate_up.stride(0), values.stride(0),
+            SIZE=size, BLOCK=block, FP8_MAX=FP8_MAX, MIN_SCALE=MIN_SCALE,
+        )  # fmt: skip
+        return Fp8Rows(values, scale, gate_up.dtype)
+    out = torch.empty((rows, size), dtype=gate_up.dtype, device=gate_up.device)
     _silu_and_mul_kernel[(rows, triton.cdiv(size, block))](
         gate_up, out, gate_up.stride(0), out.stride(0), SIZE=size, BLOCK=block
     )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from pagoda.engine.kernels.fp8_rows import Fp8Rows
 from pagoda.engine.quantization import FP8_MAX
 
 FP8 = torch.float8_e4m3fn
@@ -37,14 +38,21 @@ def dequantize_rows(values: torch.Tensor, scale: torch.Tensor, dtype: torch.dtyp
 
 
 def w8a8_linear(
-    x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None
+    x: torch.Tensor | Fp8Rows,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    bias: torch.Tensor | None,
 ) -> torch.Tensor:
     """x [tokens, in] @ (weight [out, in] e4m3 * weight_scale [out]).T (+ bias), in x's
-    dtype. cuBLASLt wants in and out multiples of 16 (the loader keeps other shapes on
-    the reference path); its row-wise product writes bf16, cast back for other dtypes."""
-    from pagoda.engine.kernels.triton_fp8 import quantize_per_token  # CUDA only
+    dtype; x is quantized per token here unless a fused kernel already did (`Fp8Rows`).
+    cuBLASLt wants in and out multiples of 16 (the loader keeps other shapes on the
+    reference path); its row-wise product writes bf16, cast back for other dtypes."""
+    if isinstance(x, Fp8Rows):
+        values, scale, dtype = x.values, x.scale, x.dtype
+    else:
+        from pagoda.engine.kernels.triton_fp8 import quantize_per_token  # CUDA only
 
-    values, scale = quantize_per_token(x)
+        (values, scale), dtype = quantize_per_token(x), x.dtype
     fused_bias = bias is not None and bias.dtype == torch.bfloat16
     out = torch._scaled_mm(
         values,
@@ -56,7 +64,7 @@ def w8a8_linear(
     )
     if bias is not None and not fused_bias:
         out = out + bias
-    return out if x.dtype == torch.bfloat16 else out.to(x.dtype)
+    return out if dtype == torch.bfloat16 else out.to(dtype)
 
 
 class Fp8Activations:

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pagoda.engine.distributed.parallel import SINGLE, Partition, TensorParallel
+from pagoda.engine.kernels.fp8_rows import Fp8Rows
 from pagoda.engine.layers.fp8 import (
     FP8,
     Fp8Activations,
@@ -45,7 +46,11 @@ def _parameter(*shape: int) -> nn.Parameter:
 Skinny = Mapping[str, int] | None  # the few-rows product's launch setting, or cuBLAS only
 
 
-def _linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def _linear(
+    module: nn.Module, x: torch.Tensor | Fp8Rows, bias: torch.Tensor | None
+) -> torch.Tensor:
+    if isinstance(x, Fp8Rows):  # quantized by the kernel before (module.takes_fp8_rows)
+        return w8a8_linear(x, module.weight, module.weight_scale, bias)
     lora = module.lora
     fusable = module.skinny is not None and module.input_fp8 is None and module.weight_fp8 is None
     if lora is not None and fusable and lora.fuses(x):
@@ -72,12 +77,21 @@ def _base_linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) 
 
 
 def _fp8_linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    if module.skinny is not None and x.element_size() == 2:
-        from pagoda.engine.kernels.triton_skinny import MAX_ROWS, fp8_skinny_linear
+    if _few_rows_fp8(module, x.shape[0]) and x.element_size() == 2:
+        from pagoda.engine.kernels.triton_skinny import fp8_skinny_linear
 
-        if x.shape[0] <= MAX_ROWS:  # decode at small batch: the input stays 16-bit
-            return fp8_skinny_linear(x, module.weight, module.weight_scale, bias, **module.skinny)
+        # decode at small batch: the input stays 16-bit
+        return fp8_skinny_linear(x, module.weight, module.weight_scale, bias, **module.skinny)
     return w8a8_linear(x, module.weight, module.weight_scale, bias)
+
+
+def _few_rows_fp8(module: nn.Module, num_rows: int) -> bool:
+    """Whether e4m3 weights multiply num_rows rows in the few-rows product."""
+    if module.skinny is None:
+        return False
+    from pagoda.engine.kernels.triton_skinny import MAX_ROWS  # CUDA only
+
+    return num_rows <= MAX_ROWS
 
 
 LoRAPiece = tuple[torch.Tensor, torch.Tensor]  # one sub-projection's (A [r, in], B [out, r])
@@ -89,6 +103,12 @@ class _Projection(nn.Module):
     input_fp8: Fp8Activations | None = None  # the reference path's rounding (layers/fp8.py)
     weight_fp8: str | None = None  # None | "e4m3" (kept, W8A8) | "rounded" (the reference)
     weight_scale: torch.Tensor  # [out] float32, a buffer registered with "e4m3"
+
+    def takes_fp8_rows(self, num_rows: int) -> bool:
+        """Whether a 16-bit input of num_rows rows would be quantized per token for a
+        W8A8 product, so the kernel that makes it may hand over `Fp8Rows` instead (no
+        adapters: they multiply the 16-bit rows)."""
+        return self.weight_fp8 == "e4m3" and self.lora is None and not _few_rows_fp8(self, num_rows)
 
     def hold_fp8_weight(self, kept: bool) -> None:
         """From now on the weight is stored through e4m3: kept so, with its row scales
@@ -158,7 +178,7 @@ class MergedLinear(_Projection):
         if lora is not None:
             self.lora = LoRAWeights(lora, in_features, sum(self.local_sizes), len(output_sizes))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | Fp8Rows) -> torch.Tensor:
         return _linear(self, x, self.bias)
 
     def shard_rows(self, shard: int) -> slice:
@@ -215,7 +235,7 @@ class RowParallelLinear(_Projection):
         if lora is not None:  # the partial product joins the all-reduce (linear in x)
             self.lora = LoRAWeights(lora, in_features // tp.size, out_features, 1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | Fp8Rows) -> torch.Tensor:
         if self.tp.group is None:
             return _linear(self, x, self.bias)
         out = self.tp.all_reduce(_linear(self, x, None))

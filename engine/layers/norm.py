@@ -14,13 +14,15 @@ class RMSNorm(nn.Module):
         self.fused = fused  # the kernel plan's fused Triton kernel (GPU)
 
     def forward(
-        self, x: torch.Tensor, residual: torch.Tensor | None = None
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Normalize x; with `residual`, normalize x + residual and return the sum too."""
+        self, x: torch.Tensor, residual: torch.Tensor | None = None, quantize: bool = False
+    ):
+        """Normalize x; with `residual`, normalize x + residual and return the sum too.
+        `quantize`: the next projection quantizes its input per token (a W8A8 product), so
+        the fused kernel writes it as `Fp8Rows` in the same pass (elsewhere: ignored)."""
         if self.fused:
             from pagoda.engine.kernels.triton_fused import rms_norm
 
-            return rms_norm(x, self.weight, self.eps, residual)
+            return rms_norm(x, self.weight, self.eps, residual, quantize)
         if residual is not None:
             x = x + residual
             residual = x

@@ -16,6 +16,7 @@ from torch import nn
 
 from pagoda.engine.distributed.parallel import SINGLE, TensorParallel, num_kv_heads_per_rank
 from pagoda.engine.kernels.attention_metadata import AttentionMetadata
+from pagoda.engine.kernels.fp8_rows import Fp8Rows
 from pagoda.engine.kernels.plan import KernelPlan
 from pagoda.engine.layers.attention import Attention, kv_scale_parameter
 from pagoda.engine.layers.embedding import VocabParallelEmbedding
@@ -72,7 +73,7 @@ class LlamaAttention(nn.Module):
             self.attn.kv_scales = (self.k_scale.item(), self.v_scale.item())
 
     def forward(
-        self, positions: torch.Tensor, hidden: torch.Tensor, meta: AttentionMetadata
+        self, positions: torch.Tensor, hidden: torch.Tensor | Fp8Rows, meta: AttentionMetadata
     ) -> torch.Tensor:
         qkv = self.qkv_proj(hidden)
         return self.o_proj(self.attn(positions, qkv, meta, self.q_norm, self.k_norm))
@@ -98,12 +99,13 @@ class LlamaMLP(nn.Module):
         )
         self.fused = plan.fused  # one Triton kernel for SiLU(gate) * up
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | Fp8Rows) -> torch.Tensor:
         gate_up = self.gate_up_proj(x)
         if self.fused:
             from pagoda.engine.kernels.triton_fused import silu_and_mul
 
-            return self.down_proj(silu_and_mul(gate_up))
+            quantize = self.down_proj.takes_fp8_rows(gate_up.shape[0])
+            return self.down_proj(silu_and_mul(gate_up, quantize))
         gate, up = self.gate_up_proj.split(gate_up)
         return self.down_proj(F.silu(gate) * up)
 
@@ -131,13 +133,17 @@ class LlamaDecoderLayer(nn.Module):
         residual: torch.Tensor | None,
         meta: AttentionMetadata,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        # a projection that multiplies in float8 takes its input quantized by the norm
+        rows = hidden.shape[0]
+        quantize = self.self_attn.qkv_proj.takes_fp8_rows(rows)
         if residual is None:
             residual = hidden
-            hidden = self.input_layernorm(hidden)
+            hidden = self.input_layernorm(hidden, quantize=quantize)
         else:
-            hidden, residual = self.input_layernorm(hidden, residual)
+            hidden, residual = self.input_layernorm(hidden, residual, quantize)
         hidden = self.self_attn(positions, hidden, meta)
-        hidden, residual = self.post_attention_layernorm(hidden, residual)
+        quantize = self.mlp.gate_up_proj.takes_fp8_rows(rows)
+        hidden, residual = self.post_attention_layernorm(hidden, residual, quantize)
         return self.mlp(hidden), residual
 
 

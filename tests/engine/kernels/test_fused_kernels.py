@@ -46,6 +46,47 @@ def test_silu_and_mul(fused):
     torch.testing.assert_close(fused.silu_and_mul(gate_up), F.silu(gate) * up)
 
 
+def assert_same_fp8_rows(got, values, scale, dtype):
+    assert got.values.dtype == torch.float8_e4m3fn and got.dtype == dtype
+    assert torch.equal(got.scale, scale)
+    assert torch.equal(got.values.view(torch.uint8), values.view(torch.uint8))
+
+
+# The fused kernels' float8 output against the unfused pair, the 16-bit kernel and then
+# the per-token quantizer the W8A8 product runs otherwise: the same bits (the interpreter
+# rounds float32 -> e4m3 its own way, but the same way in both).
+@pytest.mark.parametrize("with_residual", [False, True])
+@pytest.mark.parametrize(("rows", "hidden"), [(5, 100), (300, 4096)])
+def test_rms_norm_quantized_in_the_same_pass(fused, with_residual, rows, hidden):
+    if hidden > 100 and not ON_GPU:
+        pytest.skip("Llama-8B sizes are compiled only (the interpreter takes minutes)")
+    from pagoda.engine.kernels.triton_fp8 import quantize_per_token
+
+    x = (torch.randn(rows, hidden, device=DEVICE) * 4).to(torch.bfloat16)
+    x[0] = 0.0  # an all-zero row still gets a positive scale
+    weight = torch.randn(hidden, device=DEVICE).to(torch.bfloat16)
+    residual = torch.randn_like(x) if with_residual else None
+    got = fused.rms_norm(x, weight, 1e-5, residual, quantize=True)
+    expected = fused.rms_norm(x, weight, 1e-5, residual)
+    if with_residual:
+        (got, got_residual), (expected, expected_residual) = got, expected
+        assert torch.equal(got_residual, expected_residual)
+    assert_same_fp8_rows(got, *quantize_per_token(expected), torch.bfloat16)
+    assert (got.scale > 0).all()
+
+
+@pytest.mark.parametrize(("rows", "size"), [(3, 1500), (300, 14336)])
+def test_silu_and_mul_quantized_in_the_same_pass(fused, rows, size):
+    if size > 1500 and not ON_GPU:
+        pytest.skip("Llama-8B sizes are compiled only (the interpreter takes minutes)")
+    from pagoda.engine.kernels.triton_fp8 import quantize_per_token
+
+    # more than one column block, and a tail past the last
+    gate_up = (torch.randn(rows, 2 * size, device=DEVICE) * 3).to(torch.bfloat16)
+    got = fused.silu_and_mul(gate_up, quantize=True)
+    assert_same_fp8_rows(got, *quantize_per_token(fused.silu_and_mul(gate_up)), torch.bfloat16)
+
+
 @pytest.mark.parametrize("qk_norm", [False, True])
 def test_rope_and_store_matches_rotary_plus_store(fused, qk_norm):
     heads, kv_heads, dim, tokens = 6, 2, 32, 7
