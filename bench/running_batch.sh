@@ -36,7 +36,8 @@ print(f"{sys.argv[2]}: {f['output_tokens_per_s']:.0f} output tok/s, elapsed {f['
       f"(decode graphs {p.get('steps_decode_graph', 0):.0f} steps {p.get('device_s_decode_graph', 0):.1f} s, "
       f"eager {p.get('steps_eager', 0):.0f} steps {p.get('device_s_eager', 0):.1f} s, "
       f"between {p.get('between_steps_s', 0):.1f} s), decode step "
-      f"{f.get('decode_step_ms', float('nan')):.2f} ms; wall {sys.argv[3]} s")
+      f"{f.get('decode_step_ms', float('nan')):.2f} ms, {f.get('preemptions', '?')} preempted; "
+      f"wall {sys.argv[3]} s")
 EOF
     grep -hE "KV cache:|captured" "$logs/$name.log" | sed 's/^/    /'
 done

@@ -28,13 +28,15 @@ def pagoda_throughput(
 ) -> dict:
     """Tokens per second, and the profile: device seconds per kind of step, and the
     seconds the device waited between steps for the host (step_profile.py), with the
-    mean decode step's device time. `output_len`: one for all, or one per prompt.
+    mean decode step's device time; and the requests preempted for want of KV blocks
+    (each recomputes its tokens). `output_len`: one for all, or one per prompt.
     `lora_requests`: one adapter per prompt (None: the base model)."""
     if isinstance(output_len, int):
         params = _greedy(output_len)
     else:
         params = [_greedy(length) for length in output_len]
-    profile = llm.engine.core.runner.profile
+    core = llm.engine.core
+    profile, preempted_before = core.runner.profile, core.scheduler.num_preemptions_total
     profile.enabled = True
     started = time.perf_counter()
     outputs = llm.generate(prompts, params, lora_request=lora_requests)
@@ -42,6 +44,7 @@ def pagoda_throughput(
     profile.enabled = False
     generated = sum(len(o.outputs[0].token_ids) for o in outputs)
     figures = _throughput_figures(len(prompts), sum(map(len, prompts)), generated, elapsed)
+    figures["preemptions"] = core.scheduler.num_preemptions_total - preempted_before
     spans = profile.summary()
     device_s = sum(value for key, value in spans.items() if key.startswith("device_s_"))
     figures["profile"] = {**spans, "between_steps_s": elapsed - device_s}

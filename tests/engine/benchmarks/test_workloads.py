@@ -32,6 +32,17 @@ def test_throughput_counts_every_generated_token(llm):
         assert profile["between_steps_s"] == figures["elapsed_s"]
 
 
+def test_throughput_counts_the_preemptions_of_its_run(llama_dir):
+    """A cache of 12 blocks of 16 tokens cannot hold 6 requests of 20 + 24 tokens: some
+    are preempted and recomputed, and the figures say how many (none with room)."""
+    small = LLM(str(llama_dir), max_model_len=128, num_kv_blocks=12)
+    prompts = random_prompts(6, 20, 1000, seed=0)
+    figures = workloads.pagoda_throughput(small, prompts, 24)
+    assert figures["output_tokens"] == 6 * 24 and figures["preemptions"] > 0
+    roomy = LLM(str(llama_dir), max_model_len=128)
+    assert workloads.pagoda_throughput(roomy, prompts, 24)["preemptions"] == 0
+
+
 def test_throughput_takes_an_output_length_per_request(llm):
     prompts = random_prompts(3, 12, 1000, seed=0)
     figures = workloads.pagoda_throughput(llm, prompts, [2, 5, 9])
