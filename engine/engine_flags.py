@@ -25,7 +25,11 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
         help="prompt + output tokens a request may reach (default: the model's limit)",
     )
     parser.add_argument(
-        "--max-num-seqs", type=int, default=256, help="sequences in one batch (default 256)"
+        "--max-num-seqs",
+        type=int,
+        default=256,
+        help="sequences decoded together in one step (default 256); more raise throughput "
+        "while the KV cache holds all their tokens (an fp8 cache holds twice as many)",
     )
     parser.add_argument(
         "--max-num-batched-tokens",
