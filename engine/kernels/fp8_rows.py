@@ -13,7 +13,3 @@ class Fp8Rows:
     values: torch.Tensor  # [rows, cols] float8 e4m3
     scale: torch.Tensor  # [rows, 1] float32: values * scale ≈ the activations
     dtype: torch.dtype  # the activations' own dtype, the product's output dtype
-
-    @property
-    def shape(self) -> torch.Size:
-        return self.values.shape

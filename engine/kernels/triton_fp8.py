@@ -20,6 +20,12 @@ BLOCK = 1024  # columns a program reads at a time
 
 
 @triton.jit
+def row_scale(largest, FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr):
+    """A row's scale from its magnitudes (reduced whole): the largest over FP8_MAX."""
+    return tl.maximum(tl.max(largest, axis=0) / FP8_MAX, MIN_SCALE)
+
+
+@triton.jit
 def to_e4m3(x, scale, FP8_MAX: tl.constexpr):
     """x over its scale, saturated: the values e4m3 then holds (still float32)."""
     return tl.clamp(tl.div_rn(x.to(tl.float32), scale), -FP8_MAX, FP8_MAX)
@@ -29,7 +35,7 @@ def to_e4m3(x, scale, FP8_MAX: tl.constexpr):
 def quantize_row(x, scale_ptr, FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr):
     """A whole row held by one program (lanes past its end 0): its scale, stored at
     scale_ptr, and its values over that scale (float32; the caller's store casts)."""
-    scale = tl.maximum(tl.max(tl.abs(x.to(tl.float32)), axis=0) / FP8_MAX, MIN_SCALE)
+    scale = row_scale(tl.abs(x.to(tl.float32)), FP8_MAX, MIN_SCALE)
     tl.store(scale_ptr, scale)
     return to_e4m3(x, scale, FP8_MAX)
 
@@ -46,7 +52,7 @@ def _quantize_per_token_kernel(
         offs = start + tl.arange(0, BLOCK)
         x = tl.load(x_row + offs, mask=offs < K, other=0.0).to(tl.float32)
         largest = tl.maximum(largest, tl.abs(x))
-    scale = tl.maximum(tl.max(largest, axis=0) / FP8_MAX, MIN_SCALE)
+    scale = row_scale(largest, FP8_MAX, MIN_SCALE)
     tl.store(scale_ptr + row, scale)
     for start in range(0, K, BLOCK):
         offs = start + tl.arange(0, BLOCK)

@@ -21,7 +21,7 @@ import triton.language as tl
 
 from pagoda.engine.kernels import reference
 from pagoda.engine.kernels.fp8_rows import Fp8Rows
-from pagoda.engine.kernels.triton_fp8 import MIN_SCALE, quantize_row, to_e4m3
+from pagoda.engine.kernels.triton_fp8 import MIN_SCALE, quantize_row, row_scale, to_e4m3
 from pagoda.engine.quantization import FP8_MAX
 
 FP8 = torch.float8_e4m3fn
@@ -131,12 +131,12 @@ def _silu_and_mul_quantized_kernel(
     for start in range(0, SIZE, BLOCK):
         out = _silu_times_up(x_row, start + tl.arange(0, BLOCK), SIZE)
         largest = tl.maximum(largest, tl.abs(out.to(tl.float32)))
-    scale = tl.maximum(tl.max(largest, axis=0) / FP8_MAX, MIN_SCALE)
+    scale = row_scale(largest, FP8_MAX, MIN_SCALE)
     tl.store(scale_ptr + row, scale)
+    out_row = out_ptr + row * stride_o
     for start in range(0, SIZE, BLOCK):
         offs = start + tl.arange(0, BLOCK)
         value = to_e4m3(_silu_times_up(x_row, offs, SIZE), scale, FP8_MAX)
-        out_row = out_ptr + row * stride_o
         tl.store(out_row + offs, value.to(out_ptr.dtype.element_ty), mask=offs < SIZE)
 
 
