@@ -4,7 +4,8 @@ batches in the same run: a kernel or cache-layout change timed beside its peer.
     python bench/decode_against_commit.py b6c7dbf
 
 Batch 256 and 512 × 1,024–2,048-token contexts and batch 32 × 4,096–8,192
-(Llama-3.1-8B attention shapes), over a bf16 and a float8 cache. Each kernel is timed at
+(Llama-3.1-8B attention shapes), over a bf16 and a float8 cache; over float8 also 256
+sequences of one length (1,536), as the throughput run's waves are. Each kernel is timed at
 the launch settings it picks itself and at the best of a small grid (splits, tile,
 stages, warps), the same grid for all. All read the same random cache; each
 kernel's output is checked against the reference (a peer that reads another cache layout
@@ -39,8 +40,11 @@ WORKLOADS = {
         (32, 4096, 8192): list(itertools.product([2, 4], [64], [2], [4])),
     },
     torch.float8_e4m3fn: {
-        (256, 1024, 2048): list(itertools.product([1], [128, 256], [2], [4, 8])),
+        (256, 1024, 2048): list(itertools.product([1, 2], [128, 256], [2], [4, 8])),
         (512, 1024, 2048): list(itertools.product([1], [128], [2], [4, 8])),
+        # every sequence as long, as in the throughput run's waves: whether the programs
+        # of one split leave the last wave of the grid part-empty
+        (256, 1536, 1536): list(itertools.product([1, 2, 3], [128], [2], [4])),
         (32, 4096, 8192): list(itertools.product([2, 4], [128], [2], [4, 8])),
     },
 }
