@@ -1,4 +1,4 @@
-"""A few-rows product that multiplies e4m3 by e4m3 on the tensor cores, a probe.
+"""The W8A8 few-rows product (kernels/triton_w8a8_few_rows.py) against the engine's.
 
     python bench/fp8_w8a8_few_rows.py [--rows 1,4,16]
 
@@ -28,69 +28,17 @@ import itertools
 
 import torch
 import triton
-import triton.language as tl
 from fp8_gemv_sweep import SHAPES, error, graph_time_us  # bench/fp8_gemv_sweep.py
 
-from pagoda.engine.kernels.triton_fp8 import MIN_SCALE, row_scale, to_e4m3
 from pagoda.engine.kernels.triton_skinny import FP8_SETTINGS, fp8_skinny_linear
+from pagoda.engine.kernels.triton_w8a8_few_rows import w8a8_few_rows_linear as w8a8_few_rows
 from pagoda.engine.layers.fp8 import quantize_rows, w8a8_linear
-from pagoda.engine.quantization import FP8_MAX
 
-ROWS_PADDED = 16  # the MMA's narrow side
 GRID = [
     {"block_n": n, "block_k": k, "num_warps": w, "num_stages": s}
-    for n, k, w, s in itertools.product((64, 128), (128, 256), (4,), (3, 4, 6))
+    for n, k, w, s in itertools.product((32, 64, 128), (128, 256), (4,), (3, 4, 6))
     if n * k * s <= 160 * 1024
 ]
-
-
-@triton.jit
-def _w8a8_few_rows_kernel(
-    x_ptr, w_ptr, w_scale_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ROWS: tl.constexpr,
-    FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr,
-):  # fmt: skip
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m = tl.arange(0, ROWS)
-    m_mask = offs_m < M
-    x_rows = x_ptr + offs_m[:, None] * stride_xm
-    # the rows' scales: their largest magnitudes over all of K (x is small and in L2)
-    largest = tl.zeros([ROWS, BLOCK_K], dtype=tl.float32)
-    for k_start in range(0, K, BLOCK_K):
-        offs_k = k_start + tl.arange(0, BLOCK_K)
-        x = tl.load(x_rows + offs_k[None, :], mask=m_mask[:, None] & (offs_k < K)[None, :],
-                    other=0.0)  # fmt: skip
-        largest = tl.maximum(largest, tl.abs(x.to(tl.float32)))
-    x_scale = tl.maximum(tl.max(largest, axis=1) / FP8_MAX, MIN_SCALE)  # [ROWS]
-    # rows past N read row N - 1 again (their stores are masked): unmasked loads
-    w_rows = w_ptr + tl.minimum(offs_n, N - 1)[:, None].to(tl.int64) * stride_wn
-    acc = tl.zeros([BLOCK_N, ROWS], dtype=tl.float32)
-    for k_start in range(0, K, BLOCK_K):
-        offs_k = k_start + tl.arange(0, BLOCK_K)
-        w = tl.load(w_rows + offs_k[None, :])  # K a multiple of BLOCK_K (the caller checks)
-        x = tl.load(x_rows + offs_k[None, :], mask=m_mask[:, None], other=0.0)
-        x8 = to_e4m3(x, x_scale[:, None], FP8_MAX).to(w.dtype)
-        acc = tl.dot(w, tl.trans(x8), acc)
-    acc *= tl.load(w_scale_ptr + tl.minimum(offs_n, N - 1))[:, None] * x_scale[None, :]
-    tl.store(
-        out_ptr + offs_m[None, :] * stride_om + offs_n[:, None],
-        acc.to(out_ptr.dtype.element_ty),
-        mask=m_mask[None, :] & (offs_n < N)[:, None],
-    )
-
-
-def w8a8_few_rows(x, weight, weight_scale, block_n=64, block_k=256, num_warps=4,
-                  num_stages=4):  # fmt: skip
-    rows, fan_in = x.shape
-    fan_out = weight.shape[0]
-    assert rows <= ROWS_PADDED and fan_in % block_k == 0 and x.stride(1) == 1
-    out = torch.empty(rows, fan_out, dtype=x.dtype, device=x.device)
-    _w8a8_few_rows_kernel[(triton.cdiv(fan_out, block_n),)](
-        x, weight, weight_scale, out, rows, fan_out, fan_in, x.stride(0), weight.stride(0),
-        out.stride(0), BLOCK_N=block_n, BLOCK_K=block_k, ROWS=ROWS_PADDED,
-        FP8_MAX=FP8_MAX, MIN_SCALE=MIN_SCALE, num_warps=num_warps, num_stages=num_stages,
-    )  # fmt: skip
-    return out
 
 
 def sweep_shape(name: str, fan_in: int, fan_out: int, rows: list[int]) -> list[dict]:
@@ -104,13 +52,14 @@ def sweep_shape(name: str, fan_in: int, fan_out: int, rows: list[int]) -> list[d
         x8, x_scale = quantize_rows(x)
         ref16 = x.double() @ weight64.T
         ref8 = (x8.double() * x_scale.double()[:, None]) @ weight64.T
-        engine = FP8_SETTINGS[name]
         peers = {
-            "engine": lambda i, x=x: fp8_skinny_linear(x, *quantised[i], None, **engine),
+            "engine": lambda i, x=x, s=FP8_SETTINGS[name]: fp8_skinny_linear(
+                x, *quantised[i], None, **s
+            ),
             "quantiser + _scaled_mm": lambda i, x=x: w8a8_linear(x, *quantised[i], None),
         }
-        checks = {"engine": error(peers["engine"](0), ref16),
-                  "quantiser + _scaled_mm": error(peers["quantiser + _scaled_mm"](0), ref8)}  # fmt: skip
+        checks = {"engine": error(peers["engine"](0), ref16)}
+        checks["quantiser + _scaled_mm"] = error(peers["quantiser + _scaled_mm"](0), ref8)
         peer_us = {key: graph_time_us(call, copies) for key, call in peers.items()}
         timed = []
         for setting in GRID:
