@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 
 import torch
 import triton
@@ -74,16 +75,22 @@ def sweep_shape(name: str, fan_in: int, fan_out: int, rows: list[int]) -> list[d
             timed.append((us, setting))
         best_us, best = min(timed, key=lambda t: t[0])
         results.append({"shape": name, "rows": m, "best_us": best_us, "best": best,
-                        "peer_us": peer_us, "checks": checks,
+                        "peer_us": peer_us, "checks": checks, "timed": timed,
                         "against_16bit_x": error(w8a8_few_rows(x, *quantised[0], **best), ref16),
                         "tbs": fan_in * fan_out / best_us / 1e6})  # fmt: skip
-        print(results[-1], flush=True)
+        print({key: value for key, value in results[-1].items() if key != "timed"}, flush=True)
     return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="1,4,16")
+    parser.add_argument(
+        "--settings-out",
+        default=None,
+        help="write here, as JSON, the best setting of each projection where this product "
+        "beat the engine's at every row count swept",
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
     rows = [int(r) for r in args.rows.split(",")]
@@ -99,6 +106,28 @@ def main() -> None:
               f"| {p['quantiser + _scaled_mm']:.1f} | {r['best_us']:.1f} | {r['tbs']:.2f} "
               f"| {b['block_n']} x {b['block_k']}, {b['num_stages']} stages "
               f"| {r['checks']['engine']:.1e} / {r['against_16bit_x']:.1e} |")  # fmt: skip
+
+    if args.settings_out:
+        with open(args.settings_out, "w") as handle:
+            json.dump(winners(results), handle)
+
+
+def winners(results: list[dict]) -> dict:
+    """{projection: the setting of least time summed over the row counts} where that
+    setting beat the engine's product at every row count."""
+    settings = {}
+    for name in SHAPES:
+        mine = [r for r in results if r["shape"] == name]
+        totals = {}
+        for setting in GRID:
+            times = [next((us for us, s in r["timed"] if s == setting), None) for r in mine]
+            if None in times:
+                continue
+            if all(t < r["peer_us"]["engine"] for t, r in zip(times, mine, strict=True)):
+                totals[sum(times)] = setting
+        if totals:
+            settings[name] = totals[min(totals)]
+    return settings
 
 
 if __name__ == "__main__":
