@@ -9,7 +9,8 @@ sequences of one length (1,536), as the throughput run's waves are. Each kernel 
 the launch settings it picks itself and at the best of a small grid (splits, tile,
 stages, warps), the same grid for all. All read the same random cache; each
 kernel's output is checked against the reference (a peer that reads another cache layout
-is timed only: its error is large).
+is timed only: its error is large). "Longest first": this tree's kernel over the same
+batch ordered by context length, longest first.
 
     python bench/decode_against_commit.py c9619b3 .peer/variant.py   # several peers
 """
@@ -40,7 +41,7 @@ WORKLOADS = {
         (32, 4096, 8192): list(itertools.product([2, 4], [64], [2], [4])),
     },
     torch.float8_e4m3fn: {
-        (256, 1024, 2048): list(itertools.product([1, 2], [128, 256], [2], [4, 8])),
+        (256, 1024, 2048): list(itertools.product([1, 2], [128, 256], [2, 3], [4, 8])),
         (512, 1024, 2048): list(itertools.product([1], [128], [2], [4, 8])),
         # every sequence as long, as in the throughput run's waves: whether the programs
         # of one split leave the last wave of the grid part-empty
@@ -48,6 +49,9 @@ WORKLOADS = {
         (32, 4096, 8192): list(itertools.product([2, 4], [128], [2], [4, 8])),
     },
 }
+
+
+LONGEST_FIRST = "this tree, longest first"
 
 
 def kernel_at(commit: str):
@@ -81,6 +85,9 @@ def main() -> None:
     args = parser.parse_args()
     kernels = {f"at {Path(commit).stem}": kernel_at(commit) for commit in args.commits}
     kernels["this tree"] = triton_decode
+    # The same kernel over the batch ordered longest context first: whether the programs
+    # of the longest sequences, launched last, leave the GPU part-idle at the end.
+    kernels[LONGEST_FIRST] = triton_decode
     heads, dim = kernel_sweep.HEADS, kernel_sweep.DIM
     rows = []
     for dtype, (batch, low, high) in (
@@ -93,11 +100,15 @@ def main() -> None:
         workspace = triton_decode.DecodeWorkspace(batch, heads, dim, 16, query.device)
         expected = reference.paged_attention(query, cache, meta, dim**-0.5).float()
         for name, module in kernels.items():
+            order = torch.arange(batch, device=query.device)
+            if name == LONGEST_FIRST:
+                order = torch.argsort(meta.seq_lens, descending=True, stable=True)
             launch = functools.partial(
                 module.paged_decode_attention,
-                query, cache, meta.block_tables, meta.seq_lens, dim**-0.5, None,
+                query[order], cache, meta.block_tables[order], meta.seq_lens[order],
+                dim**-0.5, None,
             )  # fmt: skip
-            error = (launch(None, workspace).float() - expected).abs().max().item()
+            error = (launch(None, workspace).float() - expected[order]).abs().max().item()
             own = median_ms(functools.partial(launch, None, workspace))
             best = min(
                 (median_ms(functools.partial(
