@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from pagoda.engine.kernels import triton_fp8_gemv, triton_w8a8_few_rows
+from pagoda.engine.kernels import triton_fp8_gemv
 
 MAX_ROWS = 16  # rows of x one launch serves (the tensor-core tile's height)
 
@@ -153,13 +153,10 @@ def skinny_linear(
 # 2026-12-02-h200-fp8-weights-few-rows-sweep.md); the kernel plan hands them out.
 # `one_row`: at one row, where it is faster, the CUDA-core matrix-vector product
 # (triton_fp8_gemv.py) with its own setting.
-# `w8a8`: where it is faster, every row count through the product that multiplies e4m3
-# by e4m3 (triton_w8a8_few_rows.py), the rows rounded per token, with its own setting.
 def _fp8(name: str, block_n: int, block_k: int, num_stages: int, fp16_products: bool) -> dict:
     return {"block_n": block_n, "block_k": block_k, "num_warps": 4, "num_stages": num_stages,
             "fp16_products": fp16_products, "widen_in_registers": False,
-            "one_row": triton_fp8_gemv.SETTINGS.get(name),
-            "w8a8": triton_w8a8_few_rows.SETTINGS.get(name)}  # fmt: skip
+            "one_row": triton_fp8_gemv.SETTINGS.get(name)}  # fmt: skip
 
 
 FP8_SETTINGS = {
@@ -241,17 +238,13 @@ def fp8_skinny_linear(
     fp16_products: bool = True,
     widen_in_registers: bool = True,
     one_row: dict | None = None,
-    w8a8: dict | None = None,
 ) -> torch.Tensor:
     """x [rows <= 16, in] (bf16 or fp16) @ (weight [out, in] e4m3 * weight_scale [out]).T;
-    every row count through triton_w8a8_few_rows.py with the setting `w8a8` if one is
-    given, else a single row through triton_fp8_gemv.py with the setting `one_row`."""
+    a single row through triton_fp8_gemv.py with the setting `one_row` if one is given."""
     rows, fan_in = x.shape
     fan_out = weight.shape[0]
     if rows > MAX_ROWS or x.element_size() != 2:
         raise ValueError(f"fp8_skinny_linear serves at most {MAX_ROWS} 16-bit rows")
-    if w8a8 is not None:
-        return triton_w8a8_few_rows.w8a8_few_rows_linear(x, weight, weight_scale, bias, **w8a8)
     if rows == 1 and one_row is not None:
         return triton_fp8_gemv.fp8_gemv(x, weight, weight_scale, bias, **one_row)
     if x.stride(1) != 1:
