@@ -141,12 +141,34 @@ def _silu_and_mul_quantized_kernel(
 
 
 @triton.jit
+def _silu_and_mul_quantized_whole_row_kernel(
+    x_ptr, out_ptr, scale_ptr, stride_x, stride_o,
+    SIZE: tl.constexpr, ROW: tl.constexpr, FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr,
+):  # fmt: skip
+    """One program a row held whole in registers (ROW: SIZE padded): silu(gate) * up
+    rounded to the input's dtype, its scale, the e4m3 values, from one read of the input."""
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, ROW)
+    out = _silu_times_up(x_ptr + row * stride_x, offs, SIZE)
+    value = quantize_row(out, scale_ptr + row, FP8_MAX, MIN_SCALE)
+    tl.store(out_ptr + row * stride_o + offs, value.to(out_ptr.dtype.element_ty), mask=offs < SIZE)
+
+
+@triton.jit
 def _silu_times_up(x_row, offs, SIZE: tl.constexpr):
     """silu(gate) * up at columns offs of one row, in the input's dtype (0 past SIZE)."""
     gate = tl.load(x_row + offs, mask=offs < SIZE, other=0.0)
     up = tl.load(x_row + SIZE + offs, mask=offs < SIZE, other=0.0)
     g32 = gate.to(tl.float32)
     return (g32 / (1.0 + tl.exp(-g32)) * up.to(tl.float32)).to(gate.dtype)
+
+
+# Rows up to this wide (padded to a power of two) are quantized from registers, one read
+# of the input: the two-pass kernel reads it twice, the second time mostly not from L2
+# (at a prefill's 8,192 rows it took 9% of the step, 1.6 TB/s, on an H100:
+# bench/results/2026-12-05-h100-probes.md). At 16 warps a row of 16,384 is 32 values a
+# thread for each of gate and up.
+WHOLE_ROW_MAX = 16384
 
 
 def silu_and_mul(gate_up: torch.Tensor, quantize: bool = False):
@@ -158,10 +180,18 @@ def silu_and_mul(gate_up: torch.Tensor, quantize: bool = False):
     if quantize:
         values = torch.empty((rows, size), dtype=FP8, device=gate_up.device)
         scale = torch.empty(rows, 1, dtype=torch.float32, device=gate_up.device)
-        _silu_and_mul_quantized_kernel[(rows,)](
-            gate_up, values, scale, gate_up.stride(0), values.stride(0),
-            SIZE=size, BLOCK=block, FP8_MAX=FP8_MAX, MIN_SCALE=MIN_SCALE,
-        )  # fmt: skip
+        row = triton.next_power_of_2(size)
+        if row <= WHOLE_ROW_MAX:
+            _silu_and_mul_quantized_whole_row_kernel[(rows,)](
+                gate_up, values, scale, gate_up.stride(0), values.stride(0),
+                SIZE=size, ROW=row, FP8_MAX=FP8_MAX, MIN_SCALE=MIN_SCALE,
+                num_warps=max(4, min(16, row // 1024)),
+            )  # fmt: skip
+        else:
+            _silu_and_mul_quantized_kernel[(rows,)](
+                gate_up, values, scale, gate_up.stride(0), values.stride(0),
+                SIZE=size, BLOCK=block, FP8_MAX=FP8_MAX, MIN_SCALE=MIN_SCALE,
+            )  # fmt: skip
         return Fp8Rows(values, scale, gate_up.dtype)
     out = torch.empty((rows, size), dtype=gate_up.dtype, device=gate_up.device)
     _silu_and_mul_kernel[(rows, triton.cdiv(size, block))](

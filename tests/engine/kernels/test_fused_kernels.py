@@ -75,12 +75,14 @@ def test_rms_norm_quantized_in_the_same_pass(fused, with_residual, rows, hidden)
     assert (got.scale > 0).all()
 
 
+@pytest.mark.parametrize("whole_row_max", [16384, 1024])  # held whole; two passes
 @pytest.mark.parametrize(("rows", "size"), [(3, 1500), (300, 14336)])
-def test_silu_and_mul_quantized_in_the_same_pass(fused, rows, size):
+def test_silu_and_mul_quantized_in_the_same_pass(fused, rows, size, whole_row_max, monkeypatch):
     if size > 1500 and not ON_GPU:
         pytest.skip("Llama-8B sizes are compiled only (the interpreter takes minutes)")
     from pagoda.engine.kernels.triton_fp8 import quantize_per_token
 
+    monkeypatch.setattr(fused, "WHOLE_ROW_MAX", whole_row_max)
     # more than one column block, and a tail past the last
     gate_up = (torch.randn(rows, 2 * size, device=DEVICE) * 3).to(torch.bfloat16)
     got = fused.silu_and_mul(gate_up, quantize=True)
