@@ -166,7 +166,8 @@ def _silu_times_up(x_row, offs, SIZE: tl.constexpr):
 # Rows up to this wide (padded to a power of two) are quantized from registers, one read
 # of the input: the two-pass kernel reads it twice, the second time mostly not from L2
 # (at a prefill's 8,192 rows it took 9% of the step, 1.6 TB/s, on an H100:
-# bench/results/2026-12-05-h100-probes.md). At 16 warps a row of 16,384 is 32 values a
+# bench/results/2026-12-05-h100-probes.md); whole rows took 9.27 ms a step against 11.67
+# (...-h100-prefill-silu-whole-rows.md). At 16 warps a row of 16,384 is 32 values a
 # thread for each of gate and up.
 WHOLE_ROW_MAX = 16384
 
