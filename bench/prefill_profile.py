@@ -4,7 +4,7 @@
 
 The throughput run (1000 x (1024 in, 1024 out)) spends a quarter of its time in prefill
 steps of 8,192 prompt tokens (eight 1,024-token prompts), run eagerly. Their matrix
-products alone are 16 GFLOP a token, 131 TFLOP a step: what is left of the step beyond
+products alone are 14 GFLOP a token, 114 TFLOP a step: what is left of the step beyond
 the products at the GPU's rate is what a faster prefill can win. One such step is run
 under torch.profiler on the engine (Llama-3.1-8B shape, random weights) and its kernels
 are summed by kind (the products, attention, norms, quantization, the rest), each with
