@@ -26,9 +26,11 @@ def _greedy(max_tokens: int) -> SamplingParams:
 def pagoda_throughput(
     llm: LLM, prompts: list[list[int]], output_len: int | list[int], lora_requests=None
 ) -> dict:
-    """Tokens per second, and the profile: device seconds per kind of step, and the
-    seconds the device waited between steps for the host (step_profile.py), with the
-    mean decode step's device time; and the requests preempted for want of KV blocks
+    """Tokens per second, and the profile: device seconds per kind of step, the seconds
+    the device waited for the host (`between_steps_s`: the run's wall time less the
+    steps', so the wait before the first step and after the last count too; the waits
+    between steps by the kind of step that waited, step_profile.py), with the mean
+    decode step's device time; and the requests preempted for want of KV blocks
     (each recomputes its tokens). `output_len`: one for all, or one per prompt.
     `lora_requests`: one adapter per prompt (None: the base model)."""
     if isinstance(output_len, int):

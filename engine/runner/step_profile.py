@@ -5,7 +5,9 @@ and one after its last kernel. A span therefore holds the step's kernels and any
 gaps inside it (an eager prefill waits on the host's launches); the device is idle between
 one step's end and the next one's start only when the host is late. So wall time minus
 the spans is time the host did not keep the device busy, and the spans split by kind say
-what the device time went to.
+what the device time went to. The idle time between two spans is also summed by the kind
+of the step that waited for the host (`idle_s_before_<kind>`), with the longest such wait:
+whether the host falls behind in decode, around prefills, or at a few long stalls.
 """
 
 from __future__ import annotations
@@ -32,12 +34,21 @@ class StepProfile:
         self._spans.append((kind, start, end))
 
     def summary(self) -> dict[str, float]:
-        """Steps and device seconds per kind since the last summary (waits for the device)."""
-        totals = {f"{what}_{kind}": 0.0 for kind in KINDS for what in ("steps", "device_s")}
+        """Steps, device seconds and idle seconds before them, per kind, since the last
+        summary (waits for the device)."""
+        figures = ("steps", "device_s", "idle_s_before")
+        totals = {f"{what}_{kind}": 0.0 for kind in KINDS for what in figures}
+        totals["longest_idle_ms"] = 0.0
         if self._spans:
             self._spans[-1][2].synchronize()
+        previous_end = None
         for kind, start, end in self._spans:
             totals[f"steps_{kind}"] += 1
             totals[f"device_s_{kind}"] += start.elapsed_time(end) / 1e3
+            if previous_end is not None:
+                idle_ms = max(0.0, previous_end.elapsed_time(start))
+                totals[f"idle_s_before_{kind}"] += idle_ms / 1e3
+                totals["longest_idle_ms"] = max(totals["longest_idle_ms"], idle_ms)
+            previous_end = end
         self._spans.clear()
         return totals

@@ -9,6 +9,7 @@ import torch
 from pagoda.engine import LLM
 from pagoda.engine.benchmarks import workloads
 from pagoda.engine.benchmarks.model import random_prompts
+from pagoda.engine.runner import step_profile
 
 
 @pytest.fixture(scope="module")
@@ -26,10 +27,13 @@ def test_throughput_counts_every_generated_token(llm):
         # 6 prompts of 20 tokens: one ragged-graph prefill, then decode graphs
         assert profile["steps_ragged_graph"] >= 1 and profile["steps_decode_graph"] >= 6
         assert 0 < profile["device_s_decode_graph"] < figures["elapsed_s"]
+        idle = sum(profile[f"idle_s_before_{kind}"] for kind in step_profile.KINDS)
+        assert 0 <= profile["longest_idle_ms"] / 1e3 <= idle <= profile["between_steps_s"]
     else:
         assert profile["steps_eager"] == profile["steps_decode_graph"] == 0
         assert profile["steps_ragged_graph"] == 0
         assert profile["between_steps_s"] == figures["elapsed_s"]
+        assert profile["idle_s_before_decode_graph"] == profile["longest_idle_ms"] == 0
 
 
 def test_throughput_counts_the_preemptions_of_its_run(llama_dir):
