@@ -55,10 +55,21 @@ class Fp8Checkpoint:
 
     @property
     def runs_w8a8(self) -> bool:
-        """Whether float8 products can run it as written: one weight scale per output
-        channel (a tensor's scale broadcast to its rows) and activations per token. Block
-        weights and group or tensor activations stay on the dequantising path."""
+        """Whether row-scaled float8 products can run it as written: one weight scale per
+        output channel (a tensor's scale broadcast to its rows) and activations per token.
+        Block weights run `runs_w8a8_blocks`; group or tensor activations over other
+        weights stay on the dequantising path."""
         return self.weight_strategy in ("tensor", "channel") and self.activations == "token"
+
+    @property
+    def runs_w8a8_blocks(self) -> bool:
+        """Whether block-scaled float8 products can run it as written
+        (kernels/triton_fp8_blocks.py): block weights whose columns are the activations'
+        groups, a power of two from 16 on (a tensor-core tile's depth)."""
+        if self.weight_strategy != "block" or self.activations != "group":
+            return False
+        columns = self.block[1]
+        return self.group_size == columns and columns >= 16 and columns & (columns - 1) == 0
 
 
 # quantization="fp8": weights per output channel at load, activations per token on the fly

@@ -103,7 +103,9 @@ class KernelPlan:
 
 def _fp8_products(config: EngineConfig, device: torch.device) -> bool:
     scheme = config.fp8_scheme
-    if scheme is None or not scheme.runs_w8a8 or device.type != "cuda":
+    if scheme is None or device.type != "cuda":
+        return False
+    if not (scheme.runs_w8a8 or scheme.runs_w8a8_blocks):
         return False
     return torch.cuda.get_device_capability(device) >= FP8_CAPABILITY
 

@@ -2,8 +2,9 @@
 the W8A8 product that keeps weights in e4m3 on the GPU.
 
 Every scale here is a largest magnitude over 448 (e4m3's largest value), in float32: one
-per output row of a weight (per channel), one per token of an activation, or as an FP8
-checkpoint's dynamic `input_activations` say (per group of columns or per tensor).
+per output row of a weight (per channel) or per block of it, one per token of an
+activation, or as an FP8 checkpoint's dynamic `input_activations` say (per group of
+columns or per tensor).
 
 - The reference path (any device; the CPU's only one) holds weights as their e4m3 values
   times their scales in the engine's dtype, and `Fp8Activations` quantises and
@@ -13,6 +14,9 @@ checkpoint's dynamic `input_activations` say (per group of columns or per tensor
   scales, quantises the input per token (kernels/triton_fp8.py) and multiplies float8 by
   float8 in cuBLASLt/CUTLASS (`torch._scaled_mm`, row-wise scales), applying both scales
   to the float32 accumulator: half the weight bytes of bf16, twice the tensor-core rate.
+- Block-scaled weights (one scale per 128 x 128 block, `quantize_blocks`) keep theirs in
+  e4m3 too; their inputs are quantised per group of a block's columns and multiplied in
+  kernels/triton_fp8_blocks.py.
 """
 
 from __future__ import annotations
@@ -35,6 +39,33 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def dequantize_rows(values: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype):
     return (values.to(torch.float32) * scale.to(torch.float32)[:, None]).to(dtype)
+
+
+def quantize_blocks(x: torch.Tensor, block: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(e4m3 values [out, in], float32 scale per block [ceil(out / rows), ceil(in / cols)])
+    with values * scale ≈ x, each block over its own largest magnitude (as transformers'
+    fine-grained FP8 checkpoints are written; edge blocks may be short)."""
+    rows, cols = block
+    out, inner = x.shape
+    padded = torch.zeros(
+        -(-out // rows) * rows, -(-inner // cols) * cols, dtype=torch.float32, device=x.device
+    )
+    padded[:out, :inner] = x
+    blocks = padded.unflatten(0, (-1, rows)).unflatten(2, (-1, cols))  # [R, rows, C, cols]
+    scale = (blocks.abs().amax((1, 3)) / FP8_MAX).clamp(min=MIN_SCALE)
+    values = (blocks / scale[:, None, :, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+    return values.flatten(2).flatten(0, 1)[:out, :inner].contiguous(), scale
+
+
+def dequantize_blocks(
+    values: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], dtype: torch.dtype
+) -> torch.Tensor:
+    """The float8 weight [out, in] times its scale per block, in dtype."""
+    rows, cols = block
+    out, inner = values.shape
+    wide = scale.to(torch.float32).repeat_interleave(rows, 0)[:out]
+    wide = wide.repeat_interleave(cols, 1)[:, :inner]
+    return (values.to(torch.float32) * wide).to(dtype)
 
 
 def w8a8_linear(

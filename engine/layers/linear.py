@@ -13,9 +13,12 @@ inputs of up to 16 rows (decode at small batch) then go through the Triton kerne
 FP8 (layers/fp8.py): the loader sets `weight_fp8` on the projections an FP8 scheme
 quantises. "e4m3" keeps the weight in float8 with a float32 `weight_scale` per output row
 and multiplies W8A8 on the GPU (up to 16 rows: the few-rows product over e4m3 weights,
-the input left 16-bit); "rounded" (the reference path) holds those values times
-their scales in the engine's dtype. Either way a float8 checkpoint weight (`Fp8Tensor`) is
-taken as it is, and a wider one is quantised per row as it loads (`quantization="fp8"`).
+the input left 16-bit), or with `weight_block` one scale per block [rows / block[0],
+in / block[1]] and the block-scaled product (kernels/triton_fp8_blocks.py) at every row
+count; "rounded" (the reference path) holds those values times their scales in the
+engine's dtype. Either way a float8 checkpoint weight (`Fp8Tensor`, `Fp8Blocks`) is taken
+as it is, and a wider one is quantised as it loads, per row (`quantization="fp8"`) or per
+block.
 """
 
 from __future__ import annotations
@@ -31,12 +34,20 @@ from pagoda.engine.kernels.fp8_rows import Fp8Rows
 from pagoda.engine.layers.fp8 import (
     FP8,
     Fp8Activations,
+    dequantize_blocks,
     dequantize_rows,
+    quantize_blocks,
     quantize_rows,
     w8a8_linear,
 )
 from pagoda.engine.layers.lora import LoRAContext, LoRAWeights
-from pagoda.engine.layers.weight_source import Fp8Tensor, TensorSource, copy_part, read_checked
+from pagoda.engine.layers.weight_source import (
+    Fp8Blocks,
+    Fp8Tensor,
+    TensorSource,
+    copy_part,
+    read_checked,
+)
 
 
 def _parameter(*shape: int) -> nn.Parameter:
@@ -77,6 +88,10 @@ def _base_linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) 
 
 
 def _fp8_linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    if module.weight_block is not None:
+        from pagoda.engine.kernels.triton_fp8_blocks import w8a8_block_linear  # CUDA only
+
+        return w8a8_block_linear(x, module.weight, module.weight_scale, module.weight_block, bias)
     if _few_rows_fp8(module, x.shape[0]) and x.element_size() == 2:
         from pagoda.engine.kernels.triton_skinny import fp8_skinny_linear
 
@@ -102,24 +117,31 @@ class _Projection(nn.Module):
 
     input_fp8: Fp8Activations | None = None  # the reference path's rounding (layers/fp8.py)
     weight_fp8: str | None = None  # None | "e4m3" (kept, W8A8) | "rounded" (the reference)
-    weight_scale: torch.Tensor  # [out] float32, a buffer registered with "e4m3"
+    weight_scale: torch.Tensor  # [out] float32 (or per block), a buffer registered with "e4m3"
+    weight_block: tuple[int, int] | None = None  # (rows, columns) a scale covers: block-wise
 
     def takes_fp8_rows(self, num_rows: int) -> bool:
         """Whether a 16-bit input of num_rows rows would be quantized per token for a
         W8A8 product, so the kernel that makes it may hand over `Fp8Rows` instead (no
         adapters: they multiply the 16-bit rows)."""
-        return self.weight_fp8 == "e4m3" and self.lora is None and not _few_rows_fp8(self, num_rows)
+        if self.weight_fp8 != "e4m3" or self.weight_block is not None or self.lora is not None:
+            return False  # (block-wise inputs are quantized per group, by their product)
+        return not _few_rows_fp8(self, num_rows)
 
-    def hold_fp8_weight(self, kept: bool) -> None:
-        """From now on the weight is stored through e4m3: kept so, with its row scales
-        beside it, or (the reference) as values times scales in the engine's dtype."""
+    def hold_fp8_weight(self, kept: bool, block: tuple[int, int] | None = None) -> None:
+        """From now on the weight is stored through e4m3: kept so, with its scales beside
+        it (per row, or per `block`), or (the reference) as values times scales in the
+        engine's dtype."""
         self.weight_fp8 = "e4m3" if kept else "rounded"
+        self.weight_block = block
         if not kept:
             return
         loader = self.weight.weight_loader
         self.weight = nn.Parameter(torch.empty_like(self.weight, dtype=FP8), requires_grad=False)
         self.weight.weight_loader = loader
-        scale = torch.ones(self.weight.shape[0], dtype=torch.float32, device=self.weight.device)
+        out, inner = self.weight.shape
+        shape = (out,) if block is None else (-(-out // block[0]), -(-inner // block[1]))
+        scale = torch.ones(shape, dtype=torch.float32, device=self.weight.device)
         self.register_buffer("weight_scale", scale)
 
     def store_weight(
@@ -133,8 +155,11 @@ class _Projection(nn.Module):
     ) -> None:
         """Rows of the weight from (a part of) a checkpoint tensor."""
         weight = self.weight.data
-        if self.weight_fp8 is None and not isinstance(source, Fp8Tensor):
+        if self.weight_fp8 is None and not isinstance(source, Fp8Tensor | Fp8Blocks):
             copy_part(weight[rows], source, name, full_shape, dim, part)
+            return
+        if isinstance(source, Fp8Blocks) or self.weight_block is not None:
+            self._store_blocks(rows, source, name, full_shape, dim, part)
             return
         if isinstance(source, Fp8Tensor):
             values, scale = source.read(name, full_shape, dim, part)
@@ -147,6 +172,38 @@ class _Projection(nn.Module):
             self.weight_scale[rows] = scale
         else:  # rounded, or a float8 tensor the scheme leaves unquantised: dequantised
             weight[rows] = dequantize_rows(values, scale, weight.dtype)
+
+
+    def _store_blocks(
+        self,
+        rows: slice,
+        source: TensorSource,
+        name: str,
+        full_shape: tuple[int, ...],
+        dim: int,
+        part: slice | None,
+    ) -> None:
+        """Rows of a block-wise weight: a checkpoint's `Fp8Blocks`, or a wider tensor
+        quantised per block here; kept with their block scales, or dequantised."""
+        weight = self.weight.data
+        kept = self.weight_fp8 == "e4m3"
+        if isinstance(source, Fp8Blocks) and not kept:  # the whole tensor, then the part
+            whole = dequantize_blocks(*source.read(name, full_shape), source.block, weight.dtype)
+            weight[rows] = whole if part is None else (whole[part] if dim == 0 else whole[:, part])
+            return
+        if isinstance(source, Fp8Blocks):
+            values, scale = source.read(name, full_shape, dim, part)
+        else:  # quantised here, on the weight's device
+            wide = read_checked(source, name, full_shape, dim, part).to(weight.device)
+            values, scale = quantize_blocks(wide, self.weight_block)
+        values, scale = values.to(weight.device), scale.to(weight.device)
+        if not kept:
+            weight[rows] = dequantize_blocks(values, scale, self.weight_block, weight.dtype)
+            return
+        block_rows = self.weight_block[0]
+        start, stop, _ = rows.indices(weight.shape[0])
+        weight[rows] = values
+        self.weight_scale[start // block_rows : -(-stop // block_rows)] = scale
 
 
 class MergedLinear(_Projection):

@@ -79,3 +79,35 @@ class Fp8Tensor:
         values = read_checked(self.values, name, full_shape, dim, part)
         scales = self.row_scales if dim == 1 or part is None else self.row_scales[part]
         return values, scales
+
+
+@dataclass(frozen=True)
+class Fp8Blocks:
+    """A float8 e4m3 weight [out, in] from a block-wise FP8 checkpoint and its float32
+    scale per `block` (rows, columns) [ceil(out / rows), ceil(in / columns)]."""
+
+    values: TensorSource
+    block_scales: torch.Tensor
+    block: tuple[int, int]
+
+    def get_shape(self) -> list[int]:
+        return list(source_shape(self.values))
+
+    def read(
+        self, name: str, full_shape: tuple[int, ...], dim: int = 0, part: slice | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(values, block scales) of the part, which must start and end on block edges
+        (or at the tensor's end) along `dim`."""
+        values = read_checked(self.values, name, full_shape, dim, part)
+        if part is None:
+            return values, self.block_scales
+        size, length = self.block[dim], full_shape[dim]
+        start, stop, _ = part.indices(length)
+        if start % size or (stop % size and stop != length):
+            raise ValueError(
+                f"{name}: rows/columns {start}:{stop} cut its {self.block[0]} x "
+                f"{self.block[1]} scale blocks"
+            )
+        blocks = slice(start // size, -(-stop // size))
+        scales = self.block_scales[blocks] if dim == 0 else self.block_scales[:, blocks]
+        return values, scales

@@ -3,15 +3,18 @@ quantised as it loads (`quantization="fp8"`, quantization.ONLINE_FP8).
 
 `use_fp8` marks the projections the scheme quantises (layers/linear.py `weight_fp8`):
 - on a GPU with float8 products (compute capability 8.9+), for schemes they can run as
-  written (per-channel or per-tensor weights, per-token activations: `runs_w8a8`), each
-  keeps its weight in e4m3 with a float32 scale per output row, and multiplies W8A8;
+  written (per-channel or per-tensor weights with per-token activations: `runs_w8a8`;
+  block weights with activations per group of a block's columns: `runs_w8a8_blocks`),
+  each keeps its weight in e4m3 with its float32 scales (per output row, or per block),
+  and multiplies W8A8;
 - everywhere else (the reference path, the CPU's) the weight is held dequantised, its e4m3
   values times their scales in the engine's dtype, and each input is rounded to e4m3 as
   the scheme says (layers/fp8.py `Fp8Activations`), so the numbers are the checkpoint's.
 
 A checkpoint's per-channel or per-tensor float8 weights reach the layers as `Fp8Tensor`s
-(values and row scales); block-wise ones (128 x 128, transformers' format) are dequantised
-here and always take the reference path (float8 products over blocks are not built).
+(values and row scales), block-wise ones (128 x 128, transformers' format) as `Fp8Blocks`
+(values and block scales); a layer on the reference path dequantises either as it stores
+it.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from torch import nn
 
 from pagoda.engine.layers.fp8 import Fp8Activations
 from pagoda.engine.layers.linear import MergedLinear, RowParallelLinear
-from pagoda.engine.layers.weight_source import Fp8Tensor, TensorSource
+from pagoda.engine.layers.weight_source import Fp8Blocks, Fp8Tensor, TensorSource
 from pagoda.engine.quantization import Fp8Checkpoint
 
 ACTIVATION_SCALE = "input_scale"
@@ -35,7 +38,7 @@ ACTIVATION_SCALE = "input_scale"
 
 def fp8_tensors(files: list[Path], scheme: Fp8Checkpoint) -> Iterator[tuple[str, TensorSource]]:
     """(name, tensor) for every checkpoint tensor: float8 weights as `Fp8Tensor`s, or
-    dequantised when their scales are per block; the scales are consumed here."""
+    `Fp8Blocks` when their scales are per block; the scales are consumed here."""
     with contextlib.ExitStack() as stack:
         where: dict[str, object] = {}
         for path in files:
@@ -64,22 +67,19 @@ def fp8_tensors(files: list[Path], scheme: Fp8Checkpoint) -> Iterator[tuple[str,
                 raise ValueError(f"float8 tensor {name} has no {scale_name} beside it")
             scale = where[scale_name].get_tensor(scale_name).to(torch.float32)
             if scheme.weight_strategy == "block":
-                yield name, dequantize_blocks(handle.get_tensor(name), scale, scheme.block, name)
+                yield name, Fp8Blocks(source, block_scales(source.get_shape(), scale, scheme, name),
+                                      scheme.block)  # fmt: skip
             else:
                 yield name, Fp8Tensor(source, row_scales(source.get_shape(), scale, scheme, name))
 
 
-def dequantize_blocks(
-    weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], name: str
-) -> torch.Tensor:
-    """The float8 weight [out, in] times its scale per block, in fp32."""
-    out, inner = weight.shape
-    rows, cols = block
+def block_scales(shape, scale: torch.Tensor, scheme: Fp8Checkpoint, name: str) -> torch.Tensor:
+    """[ceil(out / rows), ceil(in / columns)] float32, checked against the weight's shape."""
+    (out, inner), (rows, cols) = shape, scheme.block
     expected = (math.ceil(out / rows), math.ceil(inner / cols))
     if tuple(scale.shape) != expected:
         raise ValueError(_shape_error(name, scale, expected, f"{rows} x {cols} blocks"))
-    scale = scale.repeat_interleave(rows, 0)[:out].repeat_interleave(cols, 1)[:, :inner]
-    return weight.to(torch.float32) * scale
+    return scale
 
 
 def row_scales(shape, scale: torch.Tensor, scheme: Fp8Checkpoint, name: str) -> torch.Tensor:
@@ -102,11 +102,13 @@ def use_fp8(model: nn.Module, scheme: Fp8Checkpoint, products: bool) -> None:
     if scheme.activations is not None:
         rounding = Fp8Activations(scheme.activations, scheme.group_size)
     for module in quantised_projections(model, scheme):
-        if products and _fits_w8a8(module):
+        if products and scheme.weight_strategy == "block" and _fits_blocks(module, scheme.block):
+            module.hold_fp8_weight(kept=True, block=scheme.block)  # its input: per group
+            continue
+        if products and scheme.weight_strategy != "block" and _fits_w8a8(module):
             module.hold_fp8_weight(kept=True)  # its product quantises its input per token
             continue
-        if scheme.weight_strategy != "block":  # block weights arrive dequantised
-            module.hold_fp8_weight(kept=False)
+        module.hold_fp8_weight(kept=False, block=scheme.block)
         module.input_fp8 = rounding
 
 
@@ -131,6 +133,15 @@ def _fits_w8a8(module: nn.Module) -> bool:
     """cuBLASLt's float8 products take widths that are multiples of 16."""
     out_features, in_features = module.weight.shape  # this rank's
     return out_features % 16 == 0 and in_features % 16 == 0
+
+
+def _fits_blocks(module: nn.Module, block: tuple[int, int]) -> bool:
+    """Whether this rank's weight is made of whole scale blocks: each fused projection's
+    rows, and the input columns, split on block edges (so its part of the checkpoint's
+    scales is whole blocks too)."""
+    rows, cols = block
+    sizes = getattr(module, "local_sizes", [module.weight.shape[0]])
+    return all(size % rows == 0 for size in sizes) and module.weight.shape[1] % cols == 0
 
 
 def checkpoint_names(module: str, packed: dict[str, tuple[str, int]]) -> list[str]:
