@@ -56,6 +56,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--shape", default="llama-3.1-8b", help="the model's shape (default llama-3.1-8b)"
     )
     write_model.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    write_model.add_argument(
+        "--fp8-blocks", action="store_true",
+        help="store each projection's weight in float8 e4m3 with a scale per 128 x 128 block "
+        "(transformers' fine-grained FP8 format, as FP8 releases ship it)",
+    )  # fmt: skip
     write_model.set_defaults(handler=_write_model)
 
     throughput = workloads.add_parser("throughput", help="many requests at once")
@@ -209,7 +214,7 @@ def _write_model(args: argparse.Namespace) -> int:
     from pagoda.engine.benchmarks.model import write_checkpoint
 
     logger.info("writing a %s checkpoint with random weights to %s", args.shape, args.out)
-    write_checkpoint(args.out, args.shape, args.seed)
+    write_checkpoint(args.out, args.shape, args.seed, args.fp8_blocks)
     logger.info("wrote %s", args.out)
     return 0
 

@@ -67,14 +67,30 @@ def write_model_dir(out_dir: Path, shape: str = "llama-3.1-8b") -> Path:
     return out_dir
 
 
-def write_checkpoint(out_dir: Path, shape: str = "llama-3.1-8b", seed: int = 0) -> Path:
+# transformers' fine-grained FP8 format (`quant_method: fp8`), as FP8 releases ship it
+FP8_BLOCKS_CONFIG = {
+    "quant_method": "fp8",
+    "activation_scheme": "dynamic",
+    "weight_block_size": [128, 128],
+}
+
+
+def write_checkpoint(
+    out_dir: Path, shape: str = "llama-3.1-8b", seed: int = 0, fp8_blocks: bool = False
+) -> Path:
     """A whole checkpoint: config, tokenizer and random bf16 weights (built on the GPU if
-    there is one) in model.safetensors."""
+    there is one) in model.safetensors; with `fp8_blocks` every projection's weight is
+    stored in e4m3 with a scale per 128 x 128 block (FP8_BLOCKS_CONFIG)."""
     import torch
 
     write_model_dir(out_dir, shape)
     model = build_hf_model(out_dir, seed, device="cuda" if torch.cuda.is_available() else "cpu")
-    save_weights(model, out_dir)
+    if fp8_blocks:
+        config_path = out_dir / "config.json"
+        config = json.loads(config_path.read_text())
+        config["quantization_config"] = FP8_BLOCKS_CONFIG
+        config_path.write_text(json.dumps(config, indent=2))
+    save_weights(model, out_dir, fp8_blocks)
     return out_dir
 
 
@@ -124,13 +140,23 @@ def build_hf_model(model_dir: Path, seed: int = 0, device: str = "cuda"):
     return model.eval()
 
 
-def save_weights(model, model_dir: Path) -> Path:
+def save_weights(model, model_dir: Path, fp8_blocks: bool = False) -> Path:
     """The model's weights as the folder's model.safetensors, under checkpoint names, so
     every tensor-parallel rank loads its own shard of them (ranks > 0 run in other
-    processes and cannot be handed tensors)."""
+    processes and cannot be handed tensors); `fp8_blocks`: the projections' in e4m3
+    with block scales (write_checkpoint)."""
     from safetensors.torch import save_file
 
     path = model_dir / "model.safetensors"
-    tensors = {name: t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
+    tensors = {}
+    for name, tensor in model.state_dict().items():
+        if fp8_blocks and name.endswith("proj.weight"):
+            from pagoda.engine.layers.fp8 import quantize_blocks
+
+            block = tuple(FP8_BLOCKS_CONFIG["weight_block_size"])
+            tensor, tensors[name.removesuffix("weight") + "weight_scale_inv"] = quantize_blocks(
+                tensor, block
+            )
+        tensors[name] = tensor.detach().cpu().contiguous()
     save_file(tensors, path, metadata={"format": "pt"})
     return path

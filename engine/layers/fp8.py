@@ -22,6 +22,7 @@ columns or per tensor).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from pagoda.engine.kernels.fp8_rows import Fp8Rows
 from pagoda.engine.quantization import FP8_MAX
@@ -108,13 +109,13 @@ class Fp8Activations:
             return _round_trip(x, x.abs().amax())
         if self.strategy == "token":
             return _round_trip(x, x.abs().amax(-1, keepdim=True))
-        size = self.group_size
-        if x.shape[-1] % size:
-            raise ValueError(
-                f"{x.shape[-1]} input features do not split into activation groups of {size}"
-            )
-        grouped = x.unflatten(-1, (-1, size))
-        return _round_trip(grouped, grouped.abs().amax(-1, keepdim=True)).flatten(-2)
+        size, width = self.group_size, x.shape[-1]
+        # a short last group (the input's width is no multiple of the group) rounds over
+        # its own largest magnitude, as the block product's quantiser does: zero-padded
+        padded = F.pad(x, (0, -width % size))
+        grouped = padded.unflatten(-1, (-1, size))
+        rounded = _round_trip(grouped, grouped.abs().amax(-1, keepdim=True)).flatten(-2)
+        return rounded[..., :width]
 
 
 def _round_trip(x: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:

@@ -34,3 +34,8 @@ def skinny():
 @pytest.fixture(scope="module")
 def fp8_gemv():
     return importlib.import_module("pagoda.engine.kernels.triton_fp8_gemv")
+
+
+@pytest.fixture(scope="module")
+def fp8_blocks():
+    return importlib.import_module("pagoda.engine.kernels.triton_fp8_blocks")

@@ -15,7 +15,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pagoda.engine.layers.fp8 import FP8, dequantize_rows, quantize_rows, w8a8_linear
+from pagoda.engine.layers.fp8 import (
+    FP8,
+    dequantize_blocks,
+    dequantize_rows,
+    quantize_blocks,
+    quantize_rows,
+    w8a8_linear,
+)
+from pagoda.engine.layers.weight_source import Fp8Blocks
 from pagoda.engine.quantization import FP8_MAX
 
 ON_GPU = torch.cuda.is_available()
@@ -41,6 +49,31 @@ def test_rows_round_within_e4m3_steps(dtype):
 def test_a_zero_row_stays_zero():
     values, scale = quantize_rows(torch.zeros(2, 32))
     assert torch.equal(values.float(), torch.zeros(2, 32)) and (scale > 0).all()
+
+
+def test_blocks_round_within_e4m3_steps():
+    """Each block over its own largest magnitude, short edge blocks included."""
+    x = torch.randn(40, 70) * torch.logspace(-3, 2, 40)[:, None]
+    values, scale = quantize_blocks(x, (16, 32))
+    assert values.shape == (40, 70) and values.dtype == FP8 and scale.shape == (3, 3)
+    for i, j in [(0, 0), (2, 2), (1, 2)]:  # a whole block, the corner, an edge
+        block = values[16 * i : 16 * (i + 1), 32 * j : 32 * (j + 1)].float()
+        assert block.abs().max() == FP8_MAX
+    back = dequantize_blocks(values, scale, (16, 32), torch.float64)
+    wide_scale = scale.double().repeat_interleave(16, 0)[:40].repeat_interleave(32, 1)[:, :70]
+    assert ((back - x.double()).abs() <= 2.0**-4 * x.double().abs() + 2.0**-10 * wide_scale).all()
+
+
+def test_block_weights_split_on_block_edges_only():
+    values, scale = quantize_blocks(torch.randn(64, 48), (16, 16))
+    source = Fp8Blocks(values, scale, (16, 16))
+    part_values, part_scale = source.read("w", (64, 48), 0, slice(16, 48))
+    assert torch.equal(part_values.float(), values[16:48].float())
+    assert torch.equal(part_scale, scale[1:3])
+    _, column_scale = source.read("w", (64, 48), 1, slice(32, 48))
+    assert torch.equal(column_scale, scale[:, 2:3])
+    with pytest.raises(ValueError, match="w: rows/columns 8:40 cut its 16 x 16 scale blocks"):
+        source.read("w", (64, 48), 0, slice(8, 40))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -168,25 +168,34 @@ def test_the_fp8_flag_on_an_fp8_checkpoint_uses_its_own_scales(llama_dir, tmp_pa
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("weights", ["channel", "tensor"])
+@pytest.mark.parametrize("weights", ["channel", "tensor", "fine-grained blocks", "blocks"])
 def test_on_a_gpu_fp8_checkpoints_multiply_in_float8(llama_dir, tmp_path, weights):
-    """Per-channel and per-tensor weights with per-token activations stay float8 (W8A8)
-    and answer as the CPU's float32 reference of the same checkpoint as closely as the
-    reference itself does in bf16 (within twice its spread). The tiny model's activations
-    round to e4m3 per token, so a bf16 input crosses e4m3 steps a float32 one does not:
-    the CPU's own bf16 logits are 12% from its float32 ones (the H200 path measured 11%
-    and 12%); a wrong scale or layout misses by far more."""
+    """Per-channel and per-tensor weights with per-token activations, and block weights
+    with per-group activations (transformers' fine-grained format and compressed-tensors'
+    FP8_BLOCK shape), stay float8 (W8A8) and answer as the CPU's float32 reference of the
+    same checkpoint as closely as the reference itself does in bf16 (within twice its
+    spread). The tiny model's activations round to e4m3, so a bf16 input crosses e4m3
+    steps a float32 one does not: the CPU's own bf16 logits are 12% from its float32 ones
+    (the H200 path measured 11% and 12% per token); a wrong scale or layout misses by far
+    more."""
     if torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("float8 products need compute capability 8.9+")
-    pytest.importorskip("compressed_tensors")
-    model_dir = compressed(
-        llama_dir, tmp_path / "fp8", {"strategy": weights}, {"strategy": "token"}
-    )
+    if weights == "fine-grained blocks":
+        model_dir = fine_grained(llama_dir, tmp_path / "fp8")
+    else:
+        pytest.importorskip("compressed_tensors")
+        strategy, activations = {"strategy": weights}, {"strategy": "token"}
+        if weights == "blocks":
+            strategy = {"strategy": "block", "block_structure": [BLOCK, BLOCK]}
+            activations = {"strategy": "group", "group_size": BLOCK}
+        model_dir = compressed(llama_dir, tmp_path / "fp8", strategy, activations)
     reference = our_logits(model_dir, device="cpu")
     llm = LLM(str(model_dir), device="cuda", dtype="bfloat16")
     assert llm.engine.core.runner.plan.fp8_products
     model = llm.engine.core.runner.model
-    assert model.model.layers[0].mlp.down_proj.weight.dtype == torch.float8_e4m3fn
+    down = model.model.layers[0].mlp.down_proj
+    assert down.weight.dtype == torch.float8_e4m3fn
+    assert down.weight_scale.dim() == (2 if "blocks" in weights else 1)
     captured = []
     original = model.compute_logits
     model.compute_logits = lambda hidden: captured.append(original(hidden)) or captured[-1]
