@@ -112,7 +112,10 @@ def measure(name: str, fan_in: int, fan_out: int, rows: list[int]) -> list[str]:
         quantiser = graph_time_us(lambda i, x=x: blocks.quantize_groups(x, BLOCK[1]), copies)
         try:
             scaled_mm_blocks(values, scales, *block_weights[0])
-            torch_us = f"{graph_time_us(lambda i: scaled_mm_blocks(values, scales, *block_weights[i]), copies):.1f}"  # noqa: E501
+            torch_us = graph_time_us(
+                lambda i, v=values, sc=scales: scaled_mm_blocks(v, sc, *block_weights[i]), copies
+            )
+            torch_us = f"{torch_us:.1f}"
         except (RuntimeError, ValueError) as exc:
             torch_us = f"n/a ({str(exc).splitlines()[0][:60]})"
         lines.append(

@@ -173,7 +173,6 @@ class _Projection(nn.Module):
         else:  # rounded, or a float8 tensor the scheme leaves unquantised: dequantised
             weight[rows] = dequantize_rows(values, scale, weight.dtype)
 
-
     def _store_blocks(
         self,
         rows: slice,

@@ -52,7 +52,8 @@ def dequantized_input(values, scales, group: int) -> torch.Tensor:
 @pytest.mark.parametrize("width", [64, 80, 1100])  # whole groups, a short last group, 9 programs
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_group_quantiser_follows_the_rounding_rule(fp8_blocks, width, dtype):
-    x = (torch.randn(5, width, device=DEVICE) * torch.logspace(-2, 2, width, device=DEVICE)).to(dtype)
+    magnitudes = torch.logspace(-2, 2, width, device=DEVICE)
+    x = (torch.randn(5, width, device=DEVICE) * magnitudes).to(dtype)
     x[1, :16] = 0.0  # an all-zero group still divides by something
     values, scales = fp8_blocks.quantize_groups(x, 16)
     expected_values, expected_scales = grouped_reference(x.float(), 16)
@@ -111,8 +112,10 @@ def test_the_block_linear_at_llama_shapes(fp8_blocks, rows, fan_in, fan_out, dty
     bias = torch.randn(fan_out, device="cuda", dtype=dtype)
     out = fp8_blocks.w8a8_block_linear(x, w_values, w_scale, block, bias)
     values, scales = grouped_reference(x.float(), block[1])
-    reference = dequantized_input(values, scales, block[1]) @ dequantize_blocks(
-        w_values, w_scale, block, torch.float64
-    ).T + bias.double()
+    reference = (
+        dequantized_input(values, scales, block[1])
+        @ dequantize_blocks(w_values, w_scale, block, torch.float64).T
+        + bias.double()
+    )
     assert out.shape == (rows, fan_out) and out.dtype == dtype
     assert relative_error(out, reference) < (1e-2 if dtype == torch.bfloat16 else 1e-3)
