@@ -4,8 +4,9 @@ projections, beside the engine's other products over the same weights, timed in 
     python bench/fp8_block_products.py [--rows 1,16,256,512,8192] [--out FILE.md]
 
 For each projection and row count, in the same run: the block-wise path as the runner
-takes it (per-group input quantiser + block product, at SETTINGS' launch setting) and the
-best of a small grid of launch settings; the row-scaled e4m3 path the runner takes for a
+takes it (one row: the matrix-vector product over block scales; more: the per-group input
+quantiser + block product at SETTINGS' launch setting) and the block product at the best
+of a small grid of launch settings; the row-scaled e4m3 path the runner takes for a
 per-channel FP8 checkpoint (the few-rows product up to 16 rows, else the per-token
 quantiser + cuBLASLt's row-wise `torch._scaled_mm`); bf16 (the few-rows product where the
 runner uses it, else cuBLAS); and torch's own block-scaled `_scaled_mm` (1 x 128 inputs,
@@ -44,12 +45,13 @@ def grid(rows: int) -> list[tuple[int, int, int, int]]:
     return list(itertools.product([64, 128], [128, 256], [8], [3, 4]))
 
 
-class RowScaled(torch.nn.Module):
-    """The runner's per-channel e4m3 projection (layers/linear.py `_fp8_linear`)."""
+class Projection(torch.nn.Module):
+    """What the runner's e4m3 projection holds (layers/linear.py `_fp8_linear` reads it):
+    row scales, or block scales with `block`."""
 
-    def __init__(self, name: str, values: torch.Tensor, scale: torch.Tensor) -> None:
+    def __init__(self, name: str, values, scale, block: tuple[int, int] | None = None) -> None:
         super().__init__()
-        self.weight, self.weight_scale, self.weight_block = values, scale, None
+        self.weight, self.weight_scale, self.weight_block = values, scale, block
         self.skinny = FP8_SETTINGS[name]
 
 
@@ -64,23 +66,27 @@ def measure(name: str, fan_in: int, fan_out: int, rows: list[int]) -> list[str]:
     copies = max(2, int(4 * 60e6 // (fan_in * fan_out)) + 1)
     wide = [torch.randn(fan_out, fan_in, device="cuda") * 0.02 for _ in range(copies)]
     block_weights = [quantize_blocks(w, BLOCK) for w in wide]
-    row_weights = [RowScaled(name, *quantize_rows(w)) for w in wide]
+    row_weights = [Projection(name, *quantize_rows(w)) for w in wide]
     bf16 = [w.to(torch.bfloat16) for w in wide]
     del wide
+    block_projections = [Projection(name, *w, BLOCK) for w in block_weights]
     reference_weight = dequantize_blocks(*block_weights[0], BLOCK, torch.float64)
     lines = []
     for m in rows:
         x = torch.randn(m, fan_in, device="cuda", dtype=torch.bfloat16)
         values, scales = blocks.quantize_groups(x, BLOCK[1])
         wide_scales = scales.double().repeat_interleave(BLOCK[1], 1)
-        reference = (values.double() * wide_scales) @ reference_weight.T
-        own = blocks.w8a8_block_linear(x, *block_weights[0], BLOCK)
+        rounded_reference = (values.double() * wide_scales) @ reference_weight.T
+        reference = rounded_reference
+        if m == 1:  # the runner multiplies one row unrounded (the matrix-vector product)
+            reference = x.double() @ reference_weight.T
+        own = _fp8_linear(block_projections[0], x, None)
         err = float((own.double() - reference).norm() / reference.norm())
         if err > 1e-2:
             raise AssertionError(f"{name} rows {m}: block product error {err:.2e}")
         us = {
             "block": graph_time_us(
-                lambda i, x=x: blocks.w8a8_block_linear(x, *block_weights[i], BLOCK), copies
+                lambda i, x=x: _fp8_linear(block_projections[i], x, None), copies
             ),
             "row-scaled e4m3": graph_time_us(
                 lambda i, x=x: _fp8_linear(row_weights[i], x, None), copies
@@ -100,7 +106,7 @@ def measure(name: str, fan_in: int, fan_out: int, rows: list[int]) -> list[str]:
                 )
             except triton.runtime.errors.OutOfResources:
                 continue
-            if float((out.double() - reference).norm() / reference.norm()) > 1e-2:
+            if float((out.double() - rounded_reference).norm() / rounded_reference.norm()) > 1e-2:
                 raise AssertionError(f"{name} rows {m} {setting}: wrong product")
             t = graph_time_us(
                 lambda i, s=setting, v=values, sc=scales: blocks.w8a8_block_product(

@@ -34,13 +34,21 @@ SETTINGS = {
     "down_proj": {"block_n": 8, "block_k": 1024, "num_warps": 4, "num_stages": 3},
 }
 
+# Over block-scaled weights (kernels/triton_fp8_blocks.py's format) this product serves
+# one row of every projection: those without a setting above take this one.
+BLOCK_SCALED_DEFAULT = {"block_n": 4, "block_k": 1024, "num_warps": 4, "num_stages": 3}
+
 
 @triton.jit
 def _fp8_gemv_kernel(
     x_ptr, w_ptr, scale_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
-    HAS_BIAS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr,
+    stride_scale, HAS_BIAS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, SCALE_ROWS: tl.constexpr,
+    SCALE_COLS: tl.constexpr,
 ):  # fmt: skip
+    """SCALE_COLS 0: one scale per output row, applied to the sums. Else one per
+    SCALE_ROWS x SCALE_COLS block of the weight: a program's rows lie in one block row
+    (BLOCK_N divides SCALE_ROWS), so each column's scale multiplies x, not the weight."""
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
     offs_m = tl.arange(0, ROWS)
@@ -48,6 +56,7 @@ def _fp8_gemv_kernel(
     # rows past N read row N - 1 again (its store is masked): unmasked 16-byte loads
     w_rows = w_ptr + tl.minimum(offs_n, N - 1)[:, None].to(tl.int64) * stride_wn
     x_rows = x_ptr + tl.minimum(offs_m, M - 1)[:, None] * stride_xm
+    scale_row = scale_ptr + (tl.program_id(0) * BLOCK_N // SCALE_ROWS) * stride_scale
     acc = tl.zeros([ROWS, BLOCK_N, BLOCK_K], dtype=tl.float32)
     for k_start in range(0, K, BLOCK_K):
         offs_k = k_start + tl.arange(0, BLOCK_K)
@@ -58,9 +67,13 @@ def _fp8_gemv_kernel(
             k_mask = offs_k < K
             w = tl.load(w_rows + offs_k[None, :], mask=k_mask[None, :], other=0.0)
             x = tl.load(x_rows + offs_k[None, :], mask=k_mask[None, :], other=0.0)
-        acc += w.to(tl.float32)[None, :, :] * x.to(tl.float32)[:, None, :]
+        x = x.to(tl.float32)
+        if SCALE_COLS:
+            x *= tl.load(scale_row + offs_k // SCALE_COLS, mask=offs_k < K, other=0.0)[None, :]
+        acc += w.to(tl.float32)[None, :, :] * x[:, None, :]
     out = tl.sum(acc, axis=2)  # [ROWS, BLOCK_N]
-    out *= tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0)[None, :]
+    if not SCALE_COLS:
+        out *= tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0)[None, :]
     if HAS_BIAS:
         out += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     tl.store(
@@ -79,9 +92,11 @@ def fp8_gemv(
     block_k: int = 1024,
     num_warps: int = 4,
     num_stages: int = 3,
+    block: tuple[int, int] | None = None,
 ) -> torch.Tensor:
     """x [rows <= MAX_ROWS, in] @ (weight [out, in] e4m3 * weight_scale [out]).T (+ bias),
-    in x's dtype; F.linear's semantics over the dequantised weight."""
+    in x's dtype; F.linear's semantics over the dequantised weight. With `block` (rows,
+    columns) weight_scale holds one scale per block of the weight instead."""
     rows, fan_in = x.shape
     fan_out = weight.shape[0]
     if not 1 <= rows <= MAX_ROWS:
@@ -90,12 +105,15 @@ def fp8_gemv(
         raise ValueError(f"weight {tuple(weight.shape)} is not a row-major [out, {fan_in}]")
     if x.stride(1) != 1:
         x = x.contiguous()  # each row is read with unit stride
+    scale_rows, scale_cols = block or (1, 0)
+    if block is not None and scale_rows % block_n:
+        raise ValueError(f"block_n {block_n} must divide the scale blocks' {scale_rows} rows")
     out = torch.empty(rows, fan_out, dtype=x.dtype, device=x.device)
     _fp8_gemv_kernel[(triton.cdiv(fan_out, block_n),)](
         x, weight, weight_scale, bias if bias is not None else weight_scale, out,
         rows, fan_out, fan_in, x.stride(0), weight.stride(0), out.stride(0),
-        HAS_BIAS=bias is not None, ROWS=triton.next_power_of_2(rows), BLOCK_N=block_n,
-        BLOCK_K=block_k, EVEN_K=fan_in % block_k == 0,
-        num_warps=num_warps, num_stages=num_stages,
+        weight_scale.stride(0), HAS_BIAS=bias is not None, ROWS=triton.next_power_of_2(rows),
+        BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=fan_in % block_k == 0,
+        SCALE_ROWS=scale_rows, SCALE_COLS=scale_cols, num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
     return out

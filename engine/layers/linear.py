@@ -89,15 +89,31 @@ def _base_linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) 
 
 def _fp8_linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     if module.weight_block is not None:
-        from pagoda.engine.kernels.triton_fp8_blocks import w8a8_block_linear  # CUDA only
-
-        return w8a8_block_linear(x, module.weight, module.weight_scale, module.weight_block, bias)
+        return _fp8_blocks_linear(module, x, bias)
     if _few_rows_fp8(module, x.shape[0]) and x.element_size() == 2:
         from pagoda.engine.kernels.triton_skinny import fp8_skinny_linear
 
         # decode at small batch: the input stays 16-bit
         return fp8_skinny_linear(x, module.weight, module.weight_scale, bias, **module.skinny)
     return w8a8_linear(x, module.weight, module.weight_scale, bias)
+
+
+def _fp8_blocks_linear(
+    module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """Block-scaled e4m3 weights: one 16-bit row (batch-1 decode) through the CUDA-core
+    matrix-vector product, the input left unrounded as in the row-scaled few-rows path;
+    else the block-scaled W8A8 product, the input quantised per group."""
+    if x.shape[0] == 1 and module.skinny is not None and x.element_size() == 2:
+        from pagoda.engine.kernels import triton_fp8_gemv  # CUDA only
+
+        setting = module.skinny.get("one_row") or triton_fp8_gemv.BLOCK_SCALED_DEFAULT
+        return triton_fp8_gemv.fp8_gemv(
+            x, module.weight, module.weight_scale, bias, **setting, block=module.weight_block
+        )
+    from pagoda.engine.kernels.triton_fp8_blocks import w8a8_block_linear  # CUDA only
+
+    return w8a8_block_linear(x, module.weight, module.weight_scale, module.weight_block, bias)
 
 
 def _few_rows_fp8(module: nn.Module, num_rows: int) -> bool:

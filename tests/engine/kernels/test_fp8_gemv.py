@@ -41,6 +41,36 @@ def test_matches_the_scaled_product(fp8_gemv, rows, fan_in, fan_out, bias):
     assert relative_error(out, reference) < 1e-3
 
 
+def fp8_block_weight(fan_out: int, fan_in: int, block: tuple[int, int]):
+    from pagoda.engine.layers.fp8 import dequantize_blocks, quantize_blocks
+
+    weight = torch.randn(fan_out, fan_in, device=DEVICE) * torch.rand(fan_out, 1, device=DEVICE)
+    values, scale = quantize_blocks(weight, block)
+    return values, scale, dequantize_blocks(values, scale, block, torch.float64)
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize(("fan_in", "fan_out"), [(64, 32), (300, 77)])  # tails in N and K
+def test_matches_the_block_scaled_product(fp8_gemv, rows, fan_in, fan_out):
+    """One scale per 16 x 32 block: K tiles of 64 span two block columns, and a
+    program's 4 rows lie in one block row."""
+    x = torch.randn(rows, fan_in, device=DEVICE, dtype=torch.float16)
+    values, scale, reference_weight = fp8_block_weight(fan_out, fan_in, (16, 32))
+    bias = torch.randn(fan_out, device=DEVICE, dtype=torch.float16)
+    out = fp8_gemv.fp8_gemv(
+        x, values, scale, bias, block_n=4, block_k=64, num_stages=1, block=(16, 32)
+    )
+    reference = x.double() @ reference_weight.T + bias.double()
+    assert relative_error(out, reference) < 1e-3
+
+
+def test_a_program_must_not_straddle_block_rows(fp8_gemv):
+    values, scale, _ = fp8_block_weight(32, 64, (4, 32))
+    x = torch.randn(1, 64, device=DEVICE, dtype=torch.float16)
+    with pytest.raises(ValueError, match="block_n 8 must divide the scale blocks' 4 rows"):
+        fp8_gemv.fp8_gemv(x, values, scale, block_n=8, block=(4, 32))
+
+
 def test_reads_rows_of_a_strided_input(fp8_gemv):
     wide = torch.randn(2, 100, device=DEVICE, dtype=torch.float16)
     x = wide[:, :64]  # rows 100 apart
@@ -73,6 +103,18 @@ def test_at_llama_shapes_with_the_runners_settings(fp8_gemv, projection, rows):
     x = torch.randn(rows, fan_in, device=DEVICE, dtype=torch.bfloat16)
     values, scale, reference_weight = fp8_weight(fan_out, fan_in)
     out = fp8_gemv.fp8_gemv(x, values, scale, **fp8_gemv.SETTINGS[projection])
+    assert relative_error(out, x.double() @ reference_weight.T) < 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("projection", list(LLAMA_8B))
+def test_at_llama_shapes_over_128_blocks(fp8_gemv, projection):
+    fan_in, fan_out = LLAMA_8B[projection]
+    x = torch.randn(1, fan_in, device=DEVICE, dtype=torch.bfloat16)
+    values, scale, reference_weight = fp8_block_weight(fan_out, fan_in, (128, 128))
+    setting = fp8_gemv.SETTINGS.get(projection, fp8_gemv.BLOCK_SCALED_DEFAULT)
+    out = fp8_gemv.fp8_gemv(x, values, scale, **setting, block=(128, 128))
     assert relative_error(out, x.double() @ reference_weight.T) < 1e-2
 
 
