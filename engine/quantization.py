@@ -65,11 +65,11 @@ class Fp8Checkpoint:
     def runs_w8a8_blocks(self) -> bool:
         """Whether block-scaled float8 products can run it as written
         (kernels/triton_fp8_blocks.py): block weights whose columns are the activations'
-        groups, a power of two from 16 on (a tensor-core tile's depth)."""
+        groups, a power of two from 32 on (the depth of a float8 tensor-core product)."""
         if self.weight_strategy != "block" or self.activations != "group":
             return False
         columns = self.block[1]
-        return self.group_size == columns and columns >= 16 and columns & (columns - 1) == 0
+        return self.group_size == columns and columns >= 32 and columns & (columns - 1) == 0
 
 
 # quantization="fp8": weights per output channel at load, activations per token on the fly

@@ -75,7 +75,7 @@ def test_the_group_quantiser_follows_the_rounding_rule(fp8_blocks, width, dtype)
 @pytest.mark.parametrize(("fan_in", "fan_out"), [(64, 32), (80, 48), (96, 40)])  # tails in K, N
 @pytest.mark.parametrize("bias", [False, True])
 def test_the_block_product_matches_float64(fp8_blocks, rows, fan_in, fan_out, bias):
-    block = (16, 16)
+    block = (16, 32)  # 32 columns: the least a float8 tensor-core product takes
     x = torch.randn(rows, fan_in, device=DEVICE) * 2
     values, scales = fp8_blocks.quantize_groups(x, block[1])
     weight = torch.randn(fan_out, fan_in, device=DEVICE) * torch.rand(fan_out, 1, device=DEVICE)
@@ -92,11 +92,11 @@ def test_the_block_product_matches_float64(fp8_blocks, rows, fan_in, fan_out, bi
 
 
 def test_mismatched_scales_are_refused(fp8_blocks):
-    values, scales = fp8_blocks.quantize_groups(torch.randn(2, 64, device=DEVICE), 16)
-    w_values, w_scale = quantize_blocks(torch.randn(32, 64, device=DEVICE), (16, 16))
-    with pytest.raises(ValueError, match="do not fit a \\[32, 64\\] weight in 16 x 32 blocks"):
+    values, scales = fp8_blocks.quantize_groups(torch.randn(2, 64, device=DEVICE), 32)
+    w_values, w_scale = quantize_blocks(torch.randn(32, 64, device=DEVICE), (16, 32))
+    with pytest.raises(ValueError, match="do not fit a \\[32, 64\\] weight in 32 x 32 blocks"):
         fp8_blocks.w8a8_block_product(
-            values, scales, w_values, w_scale, (16, 32), None, torch.float32
+            values, scales, w_values, w_scale, (32, 32), None, torch.float32
         )
 
 
