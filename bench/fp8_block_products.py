@@ -4,13 +4,13 @@ projections, beside the engine's other products over the same weights, timed in 
     python bench/fp8_block_products.py [--rows 1,16,256,512,8192] [--out FILE.md]
 
 For each projection and row count, in the same run: the block-wise path as the runner
-takes it (one row: the matrix-vector product over block scales; more: the per-group input
-quantiser + block product at SETTINGS' launch setting) and the block product at the best
-of a small grid of launch settings; the row-scaled e4m3 path the runner takes for a
+takes it (one row of q/k/v, o and down: the matrix-vector product over block scales; else
+the per-group input quantiser + cuBLASLt's block product from 17 rows where it runs, or
+the Triton block product at SETTINGS' setting), the Triton product at the best of a small
+grid of launch settings, and cuBLASLt's product alone; the row-scaled e4m3 path the runner takes for a
 per-channel FP8 checkpoint (the few-rows product up to 16 rows, else the per-token
 quantiser + cuBLASLt's row-wise `torch._scaled_mm`); bf16 (the few-rows product where the
-runner uses it, else cuBLAS); and torch's own block-scaled `_scaled_mm` (1 x 128 inputs,
-128 x 128 weights, cuBLASLt 12.9+ on Hopper) where this torch build has it. Every block
+runner uses it, else cuBLAS). Every block
 output is checked against the float64 product of the same rounded operands (within 1e-2)
 before it is timed. Timing as bench/fp8_gemv_sweep.py: one call per weight copy in a CUDA
 graph, copies enough to leave the L2.
@@ -53,13 +53,6 @@ class Projection(torch.nn.Module):
         super().__init__()
         self.weight, self.weight_scale, self.weight_block = values, scale, block
         self.skinny = FP8_SETTINGS[name]
-
-
-def scaled_mm_blocks(values, scales, weight, weight_scale):
-    """torch's block-scaled product: inputs' scales outer-dim-major, as cuBLASLt wants."""
-    return torch._scaled_mm(
-        values, weight.t(), scales.t().contiguous().t(), weight_scale, out_dtype=torch.bfloat16
-    )
 
 
 def measure(name: str, fan_in: int, fan_out: int, rows: list[int]) -> list[str]:
@@ -117,9 +110,11 @@ def measure(name: str, fan_in: int, fan_out: int, rows: list[int]) -> list[str]:
             best = min(best, (t, setting))
         quantiser = graph_time_us(lambda i, x=x: blocks.quantize_groups(x, BLOCK[1]), copies)
         try:
-            scaled_mm_blocks(values, scales, *block_weights[0])
             torch_us = graph_time_us(
-                lambda i, v=values, sc=scales: scaled_mm_blocks(v, sc, *block_weights[i]), copies
+                lambda i, v=values, sc=scales: blocks.cublas_blocks(
+                    v, sc, *block_weights[i], None, torch.bfloat16
+                ),
+                copies,
             )
             torch_us = f"{torch_us:.1f}"
         except (RuntimeError, ValueError) as exc:
@@ -144,7 +139,7 @@ def main() -> None:
         f"triton {triton.__version__}; µs a call",
         "",
         "| projection | rows | bf16 | row-scaled e4m3 | block (runner) | of which quantiser | "
-        "block, best setting (M, N, warps, stages) | torch block `_scaled_mm` | error |",
+        "block, best setting (M, N, warps, stages) | cuBLASLt block product | error |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     print("\n".join(header), flush=True)

@@ -117,11 +117,14 @@ def _w8a8_block_kernel(
 
 # Launch settings by the rows of the product: (largest row count, (BLOCK_M, BLOCK_N,
 # num_warps, num_stages)); the first whose row count is not exceeded applies.
+# Up to 16 rows: the fastest at 1 and 16 rows of every Llama-8B projection but one on
+# an H100 (bench/fp8_block_products.py; gate/up at one row: stages 4, 43.8 against
+# 45.5 µs); past that cuBLASLt takes 128 x 128 blocks on Hopper, and the rest the best
+# measured at 512 and 8,192 rows.
 SETTINGS = (
-    (16, (16, 64, 4, 4)),
-    (64, (64, 64, 4, 4)),
-    (256, (64, 128, 4, 4)),
-    (None, (128, 128, 8, 3)),
+    (16, (16, 32, 4, 5)),
+    (512, (64, 128, 4, 3)),
+    (None, (64, 256, 8, 4)),
 )
 
 
@@ -172,6 +175,63 @@ def w8a8_block_product(
     return out
 
 
+# cuBLASLt's own block-scaled product (CUDA 12.9+, compute capability 9.0; torch's
+# `_scaled_mm` with 1 x 128 input and 128 x 128 weight scales): on an H100 1.8x as fast as
+# the Triton product at 8,192 rows (bench/fp8_block_products.py). It takes 128 x 128
+# blocks of weights whose sides are multiples of 128; rows past SETTINGS' first bucket.
+CUBLAS_BLOCK = (128, 128)
+CUBLAS_MIN_ROWS = 17
+
+
+def cublas_blocks(values, scales, weight, weight_scale, bias, out_dtype) -> torch.Tensor:
+    """The same product through cuBLASLt: the input scales outer-dim-major, the weight's
+    as the [in / 128, out / 128] view of its [out / 128, in / 128] (as it wants them),
+    rows padded to a multiple of 4."""
+    rows = values.shape[0]
+    padded = -rows % 4
+    if padded:
+        values = torch.nn.functional.pad(values.view(torch.uint8), (0, 0, 0, padded))
+        values = values.view(torch.float8_e4m3fn)
+    column_major = torch.zeros(scales.shape[1], rows + padded, device=scales.device)
+    column_major[:, :rows] = scales.t()
+    wide = out_dtype if out_dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
+    out = torch._scaled_mm(values, weight.t(), column_major.t(), weight_scale.t(), out_dtype=wide)[
+        :rows
+    ]
+    if bias is not None:
+        out = out + bias
+    return out.to(out_dtype)
+
+
+_cublas_works: dict[int, bool] = {}
+
+
+def cublas_takes(weight: torch.Tensor, block: tuple[int, int], rows: int) -> bool:
+    """Whether cuBLASLt's block product serves this product: its shape and block, and this
+    device (probed once, eagerly, on the first call: the engine's first forward is its
+    memory profile, before any CUDA graph is captured)."""
+    fan_out, fan_in = weight.shape
+    if rows < CUBLAS_MIN_ROWS or block != CUBLAS_BLOCK or fan_out % 128 or fan_in % 128:
+        return False
+    device = weight.device.index or 0
+    if device not in _cublas_works:
+        _cublas_works[device] = torch.cuda.get_device_capability(device) == (9, 0) and _probe(
+            weight.device
+        )
+    return _cublas_works[device]
+
+
+def _probe(device: torch.device) -> bool:
+    values = torch.zeros(4, 128, device=device).to(torch.float8_e4m3fn)
+    weight = torch.zeros(128, 128, device=device).to(torch.float8_e4m3fn)
+    ones = torch.ones(1, 1, device=device)
+    try:
+        cublas_blocks(values, ones.expand(4, 1), weight, ones, None, torch.bfloat16)
+    except (RuntimeError, ValueError):  # an older cuBLAS: "Invalid scaling configuration"
+        return False
+    return True
+
+
 def w8a8_block_linear(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -180,6 +240,9 @@ def w8a8_block_linear(
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """x [tokens, in] @ (weight [out, in] e4m3 x weight_scale per block).T (+ bias), in
-    x's dtype: x rounded per group of block[1] columns, as the checkpoint's activations."""
+    x's dtype: x rounded per group of block[1] columns, as the checkpoint's activations;
+    multiplied by cuBLASLt where it can (`cublas_takes`), else by the Triton product."""
     values, scales = quantize_groups(x, block[1])
+    if cublas_takes(weight, block, x.shape[0]):
+        return cublas_blocks(values, scales, weight, weight_scale, bias, x.dtype)
     return w8a8_block_product(values, scales, weight, weight_scale, block, bias, x.dtype)

@@ -34,9 +34,8 @@ SETTINGS = {
     "down_proj": {"block_n": 8, "block_k": 1024, "num_warps": 4, "num_stages": 3},
 }
 
-# Over block-scaled weights (kernels/triton_fp8_blocks.py's format) this product serves
-# one row of every projection: those without a setting above take this one.
-BLOCK_SCALED_DEFAULT = {"block_n": 4, "block_k": 1024, "num_warps": 4, "num_stages": 3}
+# Over block-scaled weights (kernels/triton_fp8_blocks.py's format) it serves the same
+# projections at one row, with the same settings.
 
 
 @triton.jit

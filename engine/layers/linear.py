@@ -57,6 +57,10 @@ def _parameter(*shape: int) -> nn.Parameter:
 Skinny = Mapping[str, int] | None  # the few-rows product's launch setting, or cuBLAS only
 
 
+# skinny_linear's launch settings (an FP8 plan's settings carry e4m3-only ones beside them)
+SKINNY_KEYS = ("block_n", "block_k", "num_warps", "num_stages")
+
+
 def _linear(
     module: nn.Module, x: torch.Tensor | Fp8Rows, bias: torch.Tensor | None
 ) -> torch.Tensor:
@@ -82,8 +86,9 @@ def _base_linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) 
     if module.skinny is not None:
         from pagoda.engine.kernels.triton_skinny import MAX_ROWS, skinny_linear  # CUDA only
 
-        if x.shape[0] <= MAX_ROWS:
-            return skinny_linear(x, module.weight, bias, **module.skinny)
+        if x.shape[0] <= MAX_ROWS:  # (the 16-bit product's part of an FP8 plan's setting)
+            setting = {key: module.skinny[key] for key in SKINNY_KEYS if key in module.skinny}
+            return skinny_linear(x, module.weight, bias, **setting)
     return F.linear(x, module.weight, bias)
 
 
@@ -101,15 +106,17 @@ def _fp8_linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -
 def _fp8_blocks_linear(
     module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
-    """Block-scaled e4m3 weights: one 16-bit row (batch-1 decode) through the CUDA-core
-    matrix-vector product, the input left unrounded as in the row-scaled few-rows path;
-    else the block-scaled W8A8 product, the input quantised per group."""
-    if x.shape[0] == 1 and module.skinny is not None and x.element_size() == 2:
+    """Block-scaled e4m3 weights: one 16-bit row (batch-1 decode) of the projections the
+    row-scaled path serves so (q/k/v, o, down: their `one_row` setting) through the
+    CUDA-core matrix-vector product, the input left unrounded as there; else the
+    block-scaled W8A8 product, the input quantised per group (gate/up at one row too: the
+    product was faster there on an H100, bench/fp8_block_products.py)."""
+    one_row = module.skinny.get("one_row") if module.skinny is not None else None
+    if x.shape[0] == 1 and one_row is not None and x.element_size() == 2:
         from pagoda.engine.kernels import triton_fp8_gemv  # CUDA only
 
-        setting = module.skinny.get("one_row") or triton_fp8_gemv.BLOCK_SCALED_DEFAULT
         return triton_fp8_gemv.fp8_gemv(
-            x, module.weight, module.weight_scale, bias, **setting, block=module.weight_block
+            x, module.weight, module.weight_scale, bias, **one_row, block=module.weight_block
         )
     from pagoda.engine.kernels.triton_fp8_blocks import w8a8_block_linear  # CUDA only
 
