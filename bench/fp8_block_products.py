@@ -7,8 +7,8 @@ For each projection and row count, in the same run: the block-wise path as the r
 takes it (one row of q/k/v, o and down: the matrix-vector product over block scales; else
 the per-group input quantiser + cuBLASLt's block product from 17 rows where it runs, or
 the Triton block product at SETTINGS' setting), the Triton product at the best of a small
-grid of launch settings, and cuBLASLt's product alone; the row-scaled e4m3 path the runner takes for a
-per-channel FP8 checkpoint (the few-rows product up to 16 rows, else the per-token
+grid of launch settings, and cuBLASLt's product alone; the row-scaled e4m3 path the runner
+takes for a per-channel FP8 checkpoint (the few-rows product up to 16 rows, else the per-token
 quantiser + cuBLASLt's row-wise `torch._scaled_mm`); bf16 (the few-rows product where the
 runner uses it, else cuBLAS). Every block
 output is checked against the float64 product of the same rounded operands (within 1e-2)

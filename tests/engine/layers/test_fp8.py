@@ -133,7 +133,8 @@ def test_a_merged_projection_keeps_its_block_weights_and_multiplies_them(rows):
 
     device = "cuda" if ON_GPU else "cpu"
     block = (16, 32)  # 32 columns: the least a float8 tensor-core product takes
-    layer = MergedLinear(64, [32, 16, 16], skinny={"one_row": None}).to(device)
+    one_row = {"block_n": 4, "block_k": 32, "num_warps": 4, "num_stages": 1}
+    layer = MergedLinear(64, [32, 16, 16], skinny={"one_row": one_row}).to(device)
     layer.hold_fp8_weight(kept=True, block=block)
     shards = [torch.randn(size, 64, device=device) for size in (32, 16, 16)]
     for shard, source in enumerate(shards):
