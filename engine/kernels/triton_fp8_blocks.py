@@ -115,20 +115,25 @@ def _w8a8_block_kernel(
     )
 
 
-# Launch settings by the rows of the product: (largest row count, (BLOCK_M, BLOCK_N,
-# num_warps, num_stages)); the first whose row count is not exceeded applies.
-# Up to 16 rows: the fastest at 1 and 16 rows of every Llama-8B projection but one on
-# an H100 (bench/fp8_block_products.py; gate/up at one row: stages 4, 43.8 against
-# 45.5 µs); past that cuBLASLt takes 128 x 128 blocks on Hopper, and the rest the best
-# measured at 512 and 8,192 rows.
+# Launch settings (BLOCK_M, BLOCK_N, num_warps, num_stages) by the rows of the product:
+# the first bucket whose row count is not exceeded applies. Up to 16 rows, the fastest on
+# the H200 at 1 and 16 rows (bench/fp8_block_products.py,
+# bench/results/2026-12-06-h200-fp8-block-products.md): 32 columns a program for q/k/v,
+# o and down (qkv 13.3 µs at one row), 64 for outputs as wide as gate/up's 28,672, where
+# 448 programs still fill the GPU (33.2 against 43.3 µs with 32); past 16 rows cuBLASLt
+# takes 128 x 128 blocks on Hopper, and elsewhere the best measured at 512 and 8,192 rows.
 SETTINGS = (
     (16, (16, 32, 4, 5)),
     (512, (64, 128, 4, 3)),
     (None, (64, 256, 8, 4)),
 )
+WIDE_FEW_ROWS = (16, 64, 4, 4)  # up to 16 rows of an output at least WIDE_OUTPUT wide
+WIDE_OUTPUT = 16384
 
 
-def setting_for(rows: int) -> tuple[int, int, int, int]:
+def setting_for(rows: int, fan_out: int) -> tuple[int, int, int, int]:
+    if rows <= SETTINGS[0][0] and fan_out >= WIDE_OUTPUT:
+        return WIDE_FEW_ROWS
     for most, setting in SETTINGS:
         if most is None or rows <= most:
             return setting
@@ -162,7 +167,7 @@ def w8a8_block_product(
     out = torch.empty(rows, fan_out, dtype=out_dtype, device=values.device)
     if rows == 0:
         return out
-    block_m, block_n, num_warps, num_stages = setting or setting_for(rows)
+    block_m, block_n, num_warps, num_stages = setting or setting_for(rows, fan_out)
     grid = (triton.cdiv(rows, block_m) * triton.cdiv(fan_out, block_n),)
     _w8a8_block_kernel[grid](
         values, scales, weight, weight_scale, bias if bias is not None else weight_scale, out,

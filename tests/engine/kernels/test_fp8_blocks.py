@@ -126,3 +126,10 @@ def test_the_block_linear_at_llama_shapes(fp8_blocks, rows, fan_in, fan_out, dty
         *fp8_blocks.quantize_groups(x, 128), w_values, w_scale, block, bias, dtype
     )
     assert relative_error(triton_out, reference) < tolerance
+
+
+def test_few_rows_of_a_wide_output_take_wider_tiles(fp8_blocks):
+    assert fp8_blocks.setting_for(1, 28672) == fp8_blocks.WIDE_FEW_ROWS
+    assert fp8_blocks.setting_for(16, 6144) == fp8_blocks.SETTINGS[0][1]
+    assert fp8_blocks.setting_for(17, 28672) == fp8_blocks.SETTINGS[1][1]
+    assert fp8_blocks.setting_for(8192, 4096) == fp8_blocks.SETTINGS[-1][1]
