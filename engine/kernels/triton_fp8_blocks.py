@@ -11,8 +11,11 @@ it by the group's scale per input row and the block's scale per output column. R
 columns past the ends are masked; K need not be a multiple of the group.
 
 `quantize_groups` rounds a 16-bit input to e4m3 per group (one read, one write);
-`w8a8_block_linear` runs both. The torch reference of the same rounding is layers/fp8.py
-(`quantize_rows` over each group, `dequantize_blocks`).
+`w8a8_block_linear` runs it, then cuBLASLt's own block-scaled product where the device and
+shapes allow (from 17 rows, on Hopper) or else this Triton product (layers/linear.py sends
+one row of most projections to triton_fp8_gemv.py instead). The torch reference of the
+same rounding is layers/fp8.py (`quantize_blocks`, `dequantize_blocks`, and
+`Fp8Activations` per group).
 """
 
 from __future__ import annotations
@@ -181,9 +184,10 @@ def w8a8_block_product(
 
 
 # cuBLASLt's own block-scaled product (CUDA 12.9+, compute capability 9.0; torch's
-# `_scaled_mm` with 1 x 128 input and 128 x 128 weight scales): on an H100 1.8x as fast as
-# the Triton product at 8,192 rows (bench/fp8_block_products.py). It takes 128 x 128
-# blocks of weights whose sides are multiples of 128; rows past SETTINGS' first bucket.
+# `_scaled_mm` with 1 x 128 input and 128 x 128 weight scales): on the H200 1.8x as fast as
+# the Triton product at 8,192 rows and level with the row-scaled product
+# (bench/results/2026-12-06-h200-fp8-block-products.md); slower at 16 rows. It takes 128 x
+# 128 blocks of weights whose sides are multiples of 128; rows past SETTINGS' first bucket.
 CUBLAS_BLOCK = (128, 128)
 CUBLAS_MIN_ROWS = 17
 
@@ -200,9 +204,8 @@ def cublas_blocks(values, scales, weight, weight_scale, bias, out_dtype) -> torc
     column_major = torch.zeros(scales.shape[1], rows + padded, device=scales.device)
     column_major[:, :rows] = scales.t()
     wide = out_dtype if out_dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
-    out = torch._scaled_mm(values, weight.t(), column_major.t(), weight_scale.t(), out_dtype=wide)[
-        :rows
-    ]
+    out = torch._scaled_mm(values, weight.t(), column_major.t(), weight_scale.t(), out_dtype=wide)
+    out = out[:rows]
     if bias is not None:
         out = out + bias
     return out.to(out_dtype)
