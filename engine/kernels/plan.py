@@ -13,8 +13,9 @@ takes the plan when it is built; nothing is switched on modules afterwards. It h
   the step's token grouping, and whether the Triton pair or the torch reference adds
   their products (Triton wherever CUDA graphs may capture it);
 - under an FP8 scheme, whether the projections multiply in float8 (W8A8 through
-  `torch._scaled_mm`, layers/fp8.py): on CUDA of compute capability 8.9+, for schemes
-  those products can run as written; otherwise the dequantising reference path.
+  `torch._scaled_mm`, layers/fp8.py, or over block scales kernels/triton_fp8_blocks.py):
+  on CUDA of compute capability 8.9+, for schemes those products can run as written;
+  otherwise the dequantising reference path.
 
 The Triton kernels run on CUDA only; everywhere else (CPU, tests) the plan is the
 reference, `KernelPlan.reference()`.
