@@ -133,3 +133,15 @@ def test_few_rows_of_a_wide_output_take_wider_tiles(fp8_blocks):
     assert fp8_blocks.setting_for(16, 6144) == fp8_blocks.SETTINGS[0][1]
     assert fp8_blocks.setting_for(17, 28672) == fp8_blocks.SETTINGS[1][1]
     assert fp8_blocks.setting_for(8192, 4096) == fp8_blocks.SETTINGS[-1][1]
+
+
+@pytest.mark.parametrize(
+    ("shape", "block", "rows"),
+    [((256, 256), (128, 128), 16), ((256, 256), (64, 128), 64), ((256, 200), (128, 128), 64)],
+    ids=["few rows", "other blocks", "a partial block"],
+)
+def test_cublas_serves_only_whole_128_blocks_past_16_rows(fp8_blocks, shape, block, rows):
+    """What cuBLASLt's block recipe cannot take stays on the Triton product (decided
+    before any device is asked)."""
+    weight = torch.zeros(shape, dtype=FP8)
+    assert not fp8_blocks.cublas_takes(weight, block, rows)
