@@ -148,12 +148,12 @@ def save_weights(model, model_dir: Path, fp8_blocks: bool = False) -> Path:
     from safetensors.torch import save_file
 
     path = model_dir / "model.safetensors"
+    from pagoda.engine.layers.fp8 import quantize_blocks
+
+    block = tuple(FP8_BLOCKS_CONFIG["weight_block_size"])
     tensors = {}
     for name, tensor in model.state_dict().items():
         if fp8_blocks and name.endswith("proj.weight"):
-            from pagoda.engine.layers.fp8 import quantize_blocks
-
-            block = tuple(FP8_BLOCKS_CONFIG["weight_block_size"])
             tensor, tensors[name.removesuffix("weight") + "weight_scale_inv"] = quantize_blocks(
                 tensor, block
             )
