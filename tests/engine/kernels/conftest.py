@@ -39,3 +39,8 @@ def fp8_gemv():
 @pytest.fixture(scope="module")
 def fp8_blocks():
     return importlib.import_module("pagoda.engine.kernels.triton_fp8_blocks")
+
+
+@pytest.fixture(scope="module")
+def w8a8_few_rows():
+    return importlib.import_module("pagoda.engine.kernels.triton_w8a8_few_rows")

@@ -1,0 +1,111 @@
+"""W8A8 product for few rows over row-scaled e4m3 weights: float8 times float8 on the
+tensor cores, nothing widened.
+
+At 1-16 rows a projection is bound by reading its weight. The few-rows product of
+triton_skinny.py keeps the input 16-bit and widens every e4m3 weight element before its
+16-bit MMA; the widening, not memory, bounds it (1.1-2.5 TB/s of e4m3 on the H200). Here
+the input arrives already in e4m3 with a scale per row: the norm or SiLU·mul before the
+projection quantises it in the same pass (`Fp8Rows`, kernels/triton_fused.py), and a
+16-bit input is quantised by kernels/triton_fp8.py first. Each program streams a
+BLOCK_N-row slab of the weight through K, multiplies each tile by the 16 (padded) input
+rows in float8 with float32 sums, and scales the sums once at the end by the row's and
+the output channel's scales: the rounding of the W8A8 products at every other batch
+(layers/fp8.py, through cuBLASLt), so a request's tokens do not depend on the size of
+the batch it shares in another way than they already do.
+
+`TALL` multiplies the transposed way round (out^T = W x^T: the weight as the MMA's tall
+operand, BLOCK_N by 16), for the launch sweep (bench/fp8_few_rows_products.py).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_ROWS = 16  # rows of x one launch serves: the tensor-core tile's narrow side
+MIN_BLOCK_K = 32  # the depth of a float8 tensor-core product
+
+
+@triton.jit
+def _w8a8_few_rows_kernel(
+    x_ptr,  # [M, K] e4m3
+    x_scale_ptr,  # [M] float32 (a [M, 1] column)
+    w_ptr,  # [N, K] e4m3
+    w_scale_ptr,  # [N] float32
+    bias_ptr,  # [N] or unused
+    out_ptr,  # [M, N]
+    M, N, K, stride_xm, stride_wn, stride_om,
+    HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TALL: tl.constexpr,
+):  # fmt: skip
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, 16)
+    n_mask = offs_n < N
+    m_mask = offs_m < M
+    x_rows = x_ptr + offs_m[:, None] * stride_xm
+    w_rows = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn
+    if TALL:
+        acc_t = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
+    else:
+        acc = tl.zeros([16, BLOCK_N], dtype=tl.float32)
+    for k_start in range(0, K, BLOCK_K):
+        offs_k = k_start + tl.arange(0, BLOCK_K)
+        k_mask = offs_k < K
+        w = tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
+        x = tl.load(x_rows + offs_k[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+        if TALL:
+            acc_t += tl.dot(w, tl.trans(x))
+        else:
+            acc += tl.dot(x, tl.trans(w))
+    if TALL:
+        acc = tl.trans(acc_t)
+    x_scale = tl.load(x_scale_ptr + offs_m, mask=m_mask, other=0.0)
+    w_scale = tl.load(w_scale_ptr + offs_n, mask=n_mask, other=0.0)
+    acc = acc * x_scale[:, None] * w_scale[None, :]
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    tl.store(
+        out_ptr + offs_m[:, None] * stride_om + offs_n[None, :],
+        acc.to(out_ptr.dtype.element_ty),
+        mask=m_mask[:, None] & n_mask[None, :],
+    )
+
+
+def w8a8_few_rows(
+    values: torch.Tensor,
+    scale: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    out_dtype: torch.dtype,
+    block_n: int = 32,
+    block_k: int = 256,
+    num_warps: int = 4,
+    num_stages: int = 4,
+    tall: bool = False,
+) -> torch.Tensor:
+    """(values [rows <= 16, in] e4m3 x scale [rows, 1]) @ (weight [out, in] e4m3 x
+    weight_scale [out]).T (+ bias), in out_dtype."""
+    rows, fan_in = values.shape
+    fan_out = weight.shape[0]
+    if rows > MAX_ROWS:
+        raise ValueError(f"w8a8_few_rows serves at most {MAX_ROWS} rows, got {rows}")
+    if block_k < MIN_BLOCK_K:
+        raise ValueError(f"block_k {block_k}: a float8 product is at least {MIN_BLOCK_K} deep")
+    if weight.shape[1] != fan_in or weight.stride(1) != 1 or values.stride(1) != 1:
+        raise ValueError(f"weight {tuple(weight.shape)} and input must be row-major over {fan_in}")
+    if scale.numel() != rows or weight_scale.numel() != fan_out:
+        raise ValueError(
+            f"scales {tuple(scale.shape)} / {tuple(weight_scale.shape)} do not fit "
+            f"{rows} rows and {fan_out} output channels"
+        )
+    out = torch.empty(rows, fan_out, dtype=out_dtype, device=values.device)
+    if rows == 0:
+        return out
+    _w8a8_few_rows_kernel[(triton.cdiv(fan_out, block_n),)](
+        values, scale, weight, weight_scale, bias if bias is not None else weight_scale, out,
+        rows, fan_out, fan_in, values.stride(0), weight.stride(0), out.stride(0),
+        HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k, TALL=tall,
+        num_warps=num_warps, num_stages=num_stages,
+    )  # fmt: skip
+    return out

@@ -1,0 +1,102 @@
+"""The W8A8 few-rows product (kernels/triton_w8a8_few_rows.py) against torch's float64
+product of the same e4m3 operands and scales (layers/fp8.py `quantize_rows`).
+
+CPU: under TRITON_INTERPRET=1 at small shapes with every edge (K and N past the last
+whole tile, one row and sixteen, a bias, both orientations); GPU: compiled, at
+Llama-3.1-8B's shapes with the settings the runner hands each projection
+(triton_skinny.py FP8_SETTINGS' `w8a8`).
+
+Tolerance. Only the float32 accumulation and the output's rounding differ from the
+float64 product of the same rounded operands: 1e-3 in float32 and fp16 out, 1e-2 in bf16
+(8 mantissa bits); a scale applied to the wrong row or channel misses by tens of percent.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pagoda.engine.layers.fp8 import dequantize_rows, quantize_rows
+
+ON_GPU = torch.cuda.is_available()
+DEVICE = "cuda" if ON_GPU else "cpu"
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.double() - ref).norm() / ref.norm())
+
+
+def operands(rows: int, fan_in: int, fan_out: int, device: str = DEVICE):
+    """(x values, x scale, weight values, weight scale, float64 reference of their product)
+    with rows and channels of very different magnitudes, so a misplaced scale shows."""
+    magnitudes = torch.logspace(-1, 1, rows, device=device)[:, None]
+    x = torch.randn(rows, fan_in, device=device) * magnitudes
+    weight = torch.randn(fan_out, fan_in, device=device) * torch.rand(fan_out, 1, device=device)
+    values, scale = quantize_rows(x)
+    w_values, w_scale = quantize_rows(weight)
+    reference = (
+        dequantize_rows(values, scale, torch.float64)
+        @ dequantize_rows(w_values, w_scale, torch.float64).T
+    )
+    return values, scale, w_values, w_scale, reference
+
+
+@pytest.mark.parametrize("rows", [1, 5, 16])
+@pytest.mark.parametrize(("fan_in", "fan_out"), [(64, 32), (96, 40)])  # tails in K and N
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("tall", [False, True])
+def test_matches_float64(w8a8_few_rows, rows, fan_in, fan_out, bias, tall):
+    values, scale, w_values, w_scale, reference = operands(rows, fan_in, fan_out)
+    b = torch.randn(fan_out, device=DEVICE) if bias else None
+    out = w8a8_few_rows.w8a8_few_rows(
+        values, scale, w_values, w_scale, b, torch.float32, block_n=16, block_k=64,
+        num_stages=1, tall=tall,
+    )  # fmt: skip
+    assert out.shape == (rows, fan_out) and out.dtype == torch.float32
+    assert relative_error(out, reference + (0 if b is None else b.double())) < 1e-3
+
+
+def test_refuses_more_rows_than_a_tile(w8a8_few_rows):
+    values, scale, w_values, w_scale, _ = operands(17, 64, 32)
+    with pytest.raises(ValueError, match="at most 16 rows, got 17"):
+        w8a8_few_rows.w8a8_few_rows(values, scale, w_values, w_scale, None, torch.float32)
+
+
+def test_refuses_a_product_shallower_than_float8_tiles(w8a8_few_rows):
+    values, scale, w_values, w_scale, _ = operands(2, 64, 32)
+    with pytest.raises(ValueError, match="block_k 16: a float8 product is at least 32 deep"):
+        w8a8_few_rows.w8a8_few_rows(
+            values, scale, w_values, w_scale, None, torch.float32, block_k=16
+        )
+
+
+def test_refuses_scales_of_another_shape(w8a8_few_rows):
+    values, scale, w_values, w_scale, _ = operands(2, 64, 32)
+    with pytest.raises(ValueError, match="do not fit 2 rows and 32 output channels"):
+        w8a8_few_rows.w8a8_few_rows(values, scale, w_values, w_scale[:16], None, torch.float32)
+    with pytest.raises(ValueError, match="row-major over 64"):
+        w8a8_few_rows.w8a8_few_rows(values, scale, w_values[:, :32], w_scale, None, torch.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize(
+    ("projection", "fan_in", "fan_out"),
+    [("qkv_proj", 4096, 6144), ("o_proj", 4096, 4096), ("gate_up_proj", 4096, 28672),
+     ("down_proj", 14336, 4096)],
+)  # fmt: skip
+@pytest.mark.parametrize("rows", [1, 3, 8, 16])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_at_llama_shapes_with_the_runners_settings(
+    w8a8_few_rows, projection, fan_in, fan_out, rows, dtype
+):
+    from pagoda.engine.kernels.triton_skinny import FP8_SETTINGS
+
+    setting = FP8_SETTINGS[projection].get("w8a8") or {}
+    setting = {key: value for key, value in setting.items() if key != "from_rows"}
+    values, scale, w_values, w_scale, reference = operands(rows, fan_in, fan_out)
+    bias = torch.randn(fan_out, device="cuda", dtype=dtype)
+    out = w8a8_few_rows.w8a8_few_rows(values, scale, w_values, w_scale, bias, dtype, **setting)
+    tolerance = 1e-2 if dtype == torch.bfloat16 else 1e-3
+    assert out.dtype == dtype
+    assert relative_error(out, reference + bias.double()) < tolerance
