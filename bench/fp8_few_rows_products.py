@@ -6,9 +6,9 @@ projections beside the engine's row-scaled e4m3 path at 1-16 rows, timed in CUDA
 For each projection: the launch grid below is swept at the first and last row count (the
 input already e4m3 per token, as the fused norm or SiLU·mul hands it over), the setting
 of least summed time over those two kept, and that setting then timed at every row count
-beside the engine's path as the runner takes it (triton_skinny.py's `fp8_skinny_linear`
-with FP8_SETTINGS: the CUDA-core GEMV at one row where `one_row` is set, else the
-widening few-rows product) and the per-token quantiser alone (the W8A8 route's extra
+beside the engine's path without it (triton_skinny.py's `fp8_skinny_linear` with
+FP8_SETTINGS less their `w8a8`: the CUDA-core GEMV at one row where `one_row` is set, else
+the widening few-rows product) and the per-token quantiser alone (the W8A8 route's extra
 kernel where no fused kernel quantises: o_proj's input, the attention's output). Every
 output is checked first: the product against the float64 product of the same e4m3
 operands (1e-2, a bf16 output), the engine's path against the 16-bit input's. Timing as
@@ -40,9 +40,13 @@ SHARED_MEMORY = 200 * 1024  # bytes of tiles in flight a program may hold
 GRID = [
     {"block_n": n, "block_k": k, "num_warps": w, "num_stages": s, "tall": tall}
     for n, k, w, s, tall in itertools.product(
-        (16, 32, 64, 128), (128, 256, 512), (4,), (3, 4, 6), (False, True)
+        (32, 64, 128, 256), (128, 256, 512, 1024), (4, 8), (2, 3, 4, 5, 6), (False, True)
     )
-    if (n + 16) * k * s <= SHARED_MEMORY and (not tall or (n >= 64 and s == 4))
+    if (n + 16) * k * s <= SHARED_MEMORY
+    # transposed (the weight as the warpgroup MMA's tall side: 64 rows at least), or as
+    # the first sweep's straight settings (bench/results/2026-12-06-h200-fp8-few-rows-
+    # products-1.md: slower everywhere) at their best
+    and ((tall and n >= 64) or (not tall and n == 32 and w == 4 and s == 4 and k >= 256))
 ]
 
 
@@ -85,7 +89,7 @@ def time_setting(weights: Weights, x, setting: dict) -> float | None:
 
 
 def engine_path_us(name: str, weights: Weights, x) -> float:
-    settings = FP8_SETTINGS[name]
+    settings = FP8_SETTINGS[name] | {"w8a8": None}  # the path before the W8A8 product
     out = fp8_skinny_linear(x, *weights.rows[0], None, **settings)
     err = relative_error(out, x.double() @ weights.reference.T)
     if err > 1e-2:
@@ -137,8 +141,8 @@ def main() -> None:
         f" triton {triton.__version__}; µs a call; {len(GRID)} settings swept at "
         f"{rows[0]} and {rows[-1]} rows",
         "",
-        "| projection | rows | engine's e4m3 path | W8A8 product | e4m3 TB/s | per-token "
-        "quantiser | W8A8 route (+ quantiser for o_proj) | speed-up | setting |",
+        "| projection | rows | e4m3 path before (GEMV, widening) | W8A8 product | e4m3 TB/s | "
+        "per-token quantiser | W8A8 route (+ quantiser for o_proj) | speed-up | setting |",
         "|" + " --- |" * 9,
     ]
     print("\n".join(header), flush=True)

@@ -83,7 +83,7 @@ def sweep_shape(name: str, fan_in: int, fan_out: int, rows: list[int]) -> list[d
         ref = x.double() @ reference_weight.T
         peers = {
             "few-rows e4m3": lambda i, x=x: fp8_skinny_linear(
-                x, *quantised[i], None, **(FP8_SETTINGS[name] | {"one_row": None})
+                x, *quantised[i], None, **(FP8_SETTINGS[name] | {"one_row": None, "w8a8": None})
             ),
             "bf16": (lambda i, x=x: skinny_linear(x, bf16[i], None, **SETTINGS[name]))
             if name in SETTINGS

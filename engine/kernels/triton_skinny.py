@@ -17,6 +17,8 @@ import triton
 import triton.language as tl
 
 from pagoda.engine.kernels import triton_fp8_gemv
+from pagoda.engine.kernels.triton_fp8 import quantize_per_token
+from pagoda.engine.kernels.triton_w8a8_few_rows import w8a8_few_rows
 
 MAX_ROWS = 16  # rows of x one launch serves (the tensor-core tile's height)
 
@@ -152,19 +154,44 @@ def skinny_linear(
 # one row in bench/fp8_linear_sweep.py on the H200 (bench/results/
 # 2026-12-02-h200-fp8-weights-few-rows-sweep.md); the kernel plan hands them out.
 # `one_row`: at one row, where it is faster, the CUDA-core matrix-vector product
-# (triton_fp8_gemv.py) with its own setting.
-def _fp8(name: str, block_n: int, block_k: int, num_stages: int, fp16_products: bool) -> dict:
+# (triton_fp8_gemv.py) with its own setting. `w8a8`: from `from_rows` rows, the input
+# rounded to e4m3 per token (by the fused norm or SiLU·mul before the projection, else by
+# the per-token quantiser) and multiplied e4m3 x e4m3 on the tensor cores
+# (triton_w8a8_few_rows.py), which reads e4m3 at 2.2-3.8 TB/s where the widening products
+# read 1.3-2.7: the fastest setting of bench/fp8_few_rows_products.py on the H200 (bench/
+# results/2026-12-06-h200-fp8-few-rows-products-2.md; µs at one and eight rows against
+# the widening path's: qkv 8.9 / 9.0 against 13.0 / 15.2, o 7.9 at two rows against 13.0
+# (at one row its input has no kernel to quantise it, and the GEMV's 8.7 beats the
+# quantiser's 3.0 plus 7.6), gate/up 30.6 / 31.1 against 43.6 / 44.5, down 17.8 / 18.8
+# against 22.7 / 33.0). It rounds as the W8A8 products of larger batches do.
+def _fp8(
+    name: str, block_n: int, block_k: int, num_stages: int, fp16_products: bool,
+    w8a8: dict | None,
+) -> dict:  # fmt: skip
     return {"block_n": block_n, "block_k": block_k, "num_warps": 4, "num_stages": num_stages,
             "fp16_products": fp16_products, "widen_in_registers": False,
-            "one_row": triton_fp8_gemv.SETTINGS.get(name)}  # fmt: skip
+            "one_row": triton_fp8_gemv.SETTINGS.get(name), "w8a8": w8a8}  # fmt: skip
+
+
+def _w8a8(from_rows: int, block_n: int, block_k: int, num_stages: int) -> dict:
+    return {"from_rows": from_rows, "block_n": block_n, "block_k": block_k, "num_warps": 4,
+            "num_stages": num_stages, "tall": True}  # fmt: skip
 
 
 FP8_SETTINGS = {
-    "qkv_proj": _fp8("qkv_proj", 64, 256, 4, True),
-    "o_proj": _fp8("o_proj", 32, 1024, 3, False),
-    "gate_up_proj": _fp8("gate_up_proj", 32, 256, 4, False),
-    "down_proj": _fp8("down_proj", 32, 512, 4, False),
+    "qkv_proj": _fp8("qkv_proj", 64, 256, 4, True, _w8a8(1, 64, 256, 6)),
+    "o_proj": _fp8("o_proj", 32, 1024, 3, False, _w8a8(2, 64, 512, 4)),
+    "gate_up_proj": _fp8("gate_up_proj", 32, 256, 4, False, _w8a8(1, 128, 256, 3)),
+    "down_proj": _fp8("down_proj", 32, 512, 4, False, _w8a8(1, 64, 512, 5)),
 }
+
+
+def w8a8_launch(w8a8: dict | None, rows: int) -> dict | None:
+    """The W8A8 few-rows product's launch arguments where an FP8 setting's `w8a8` serves
+    `rows` rows, else None."""
+    if w8a8 is None or not w8a8["from_rows"] <= rows <= MAX_ROWS:
+        return None
+    return {key: value for key, value in w8a8.items() if key != "from_rows"}
 
 
 @triton.jit
@@ -238,13 +265,19 @@ def fp8_skinny_linear(
     fp16_products: bool = True,
     widen_in_registers: bool = True,
     one_row: dict | None = None,
+    w8a8: dict | None = None,
 ) -> torch.Tensor:
     """x [rows <= 16, in] (bf16 or fp16) @ (weight [out, in] e4m3 * weight_scale [out]).T;
-    a single row through triton_fp8_gemv.py with the setting `one_row` if one is given."""
+    the rows `w8a8` serves quantised per token and through the W8A8 few-rows product, a
+    single row through triton_fp8_gemv.py with the setting `one_row` if one is given."""
     rows, fan_in = x.shape
     fan_out = weight.shape[0]
     if rows > MAX_ROWS or x.element_size() != 2:
         raise ValueError(f"fp8_skinny_linear serves at most {MAX_ROWS} 16-bit rows")
+    launch = w8a8_launch(w8a8, rows)
+    if launch is not None:
+        values, scale = quantize_per_token(x)
+        return w8a8_few_rows(values, scale, weight, weight_scale, bias, x.dtype, **launch)
     if rows == 1 and one_row is not None:
         return triton_fp8_gemv.fp8_gemv(x, weight, weight_scale, bias, **one_row)
     if x.stride(1) != 1:

@@ -12,13 +12,14 @@ inputs of up to 16 rows (decode at small batch) then go through the Triton kerne
 
 FP8 (layers/fp8.py): the loader sets `weight_fp8` on the projections an FP8 scheme
 quantises. "e4m3" keeps the weight in float8 with a float32 `weight_scale` per output row
-and multiplies W8A8 on the GPU (up to 16 rows: the few-rows product over e4m3 weights,
-the input left 16-bit), or with `weight_block` one scale per block [rows / block[0],
-in / block[1]] and the block-scaled product (kernels/triton_fp8_blocks.py) at every row
-count; "rounded" (the reference path) holds those values times their scales in the
-engine's dtype. Either way a float8 checkpoint weight (`Fp8Tensor`, `Fp8Blocks`) is taken
-as it is, and a wider one is quantised as it loads, per row (`quantization="fp8"`) or per
-block.
+and multiplies W8A8 on the GPU (up to 16 rows: the W8A8 few-rows product, the input
+quantised per token, where the projection's setting has it serve that many rows, else the
+few-rows product over e4m3 weights with the input left 16-bit), or with `weight_block`
+one scale per block [rows / block[0], in / block[1]] and the block-scaled product
+(kernels/triton_fp8_blocks.py) at every row count; "rounded" (the reference path) holds
+those values times their scales in the engine's dtype. Either way a float8 checkpoint
+weight (`Fp8Tensor`, `Fp8Blocks`) is taken as it is, and a wider one is quantised as it
+loads, per row (`quantization="fp8"`) or per block.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def _linear(
     module: nn.Module, x: torch.Tensor | Fp8Rows, bias: torch.Tensor | None
 ) -> torch.Tensor:
     if isinstance(x, Fp8Rows):  # quantized by the kernel before (module.takes_fp8_rows)
-        return w8a8_linear(x, module.weight, module.weight_scale, bias)
+        return _fp8_rows_linear(module, x, bias)
     lora = module.lora
     fusable = module.skinny is not None and module.input_fp8 is None and module.weight_fp8 is None
     if lora is not None and fusable and lora.fuses(x):
@@ -123,6 +124,28 @@ def _fp8_blocks_linear(
     return w8a8_block_linear(x, module.weight, module.weight_scale, module.weight_block, bias)
 
 
+def _fp8_rows_linear(module: nn.Module, x: Fp8Rows, bias: torch.Tensor | None) -> torch.Tensor:
+    """Rows already e4m3: the W8A8 few-rows product where the projection's setting serves
+    their count (decode at small batch), else cuBLASLt's row-wise product."""
+    launch = _w8a8_few_rows_launch(module, x.values.shape[0])
+    if launch is None:
+        return w8a8_linear(x, module.weight, module.weight_scale, bias)
+    from pagoda.engine.kernels.triton_w8a8_few_rows import w8a8_few_rows  # CUDA only
+
+    return w8a8_few_rows(
+        x.values, x.scale, module.weight, module.weight_scale, bias, x.dtype, **launch
+    )
+
+
+def _w8a8_few_rows_launch(module: nn.Module, num_rows: int) -> dict | None:
+    """The W8A8 few-rows product's launch arguments where it serves num_rows rows."""
+    if module.skinny is None or module.skinny.get("w8a8") is None:
+        return None
+    from pagoda.engine.kernels.triton_skinny import w8a8_launch  # CUDA only
+
+    return w8a8_launch(module.skinny["w8a8"], num_rows)
+
+
 def _few_rows_fp8(module: nn.Module, num_rows: int) -> bool:
     """Whether e4m3 weights multiply num_rows rows in the few-rows product."""
     if module.skinny is None:
@@ -145,10 +168,13 @@ class _Projection(nn.Module):
 
     def takes_fp8_rows(self, num_rows: int) -> bool:
         """Whether a 16-bit input of num_rows rows would be quantized per token for a
-        W8A8 product, so the kernel that makes it may hand over `Fp8Rows` instead (no
-        adapters: they multiply the 16-bit rows)."""
+        W8A8 product (cuBLASLt's, or the few-rows one where the setting has it serve them),
+        so the kernel that makes it may hand over `Fp8Rows` instead (no adapters: they
+        multiply the 16-bit rows)."""
         if self.weight_fp8 != "e4m3" or self.weight_block is not None or self.lora is not None:
             return False  # (block-wise inputs are quantized per group, by their product)
+        if _w8a8_few_rows_launch(self, num_rows) is not None:
+            return True
         return not _few_rows_fp8(self, num_rows)
 
     def hold_fp8_weight(self, kept: bool, block: tuple[int, int] | None = None) -> None:

@@ -106,19 +106,48 @@ def test_over_e4m3_weights_refuses_fp32_inputs(skinny):
         skinny.fp8_skinny_linear(torch.randn(2, 32, device=DEVICE), values, scale)
 
 
+def test_over_e4m3_weights_hands_the_rows_w8a8_serves_to_the_w8a8_product(skinny):
+    """From `w8a8`'s `from_rows`: the input rounded per token, then the W8A8 few-rows
+    product (the same kernels' output, bit for bit); below it the widening product."""
+    from pagoda.engine.kernels.triton_fp8 import quantize_per_token
+    from pagoda.engine.kernels.triton_w8a8_few_rows import w8a8_few_rows
+
+    values, scale, reference_weight = fp8_weight(32, 64)
+    launch = {"block_n": 16, "block_k": 32, "num_warps": 4, "num_stages": 1, "tall": False}
+    setting = {"block_n": 16, "block_k": 32, "w8a8": {"from_rows": 2, **launch}}
+    one = torch.randn(1, 64, device=DEVICE, dtype=torch.float16)
+    out = skinny.fp8_skinny_linear(one, values, scale, **setting)
+    assert relative_error(out, one.double() @ reference_weight.T) < 1e-3  # 16-bit input
+    three = torch.randn(3, 64, device=DEVICE, dtype=torch.float16)
+    out = skinny.fp8_skinny_linear(three, values, scale, **setting)
+    expected = w8a8_few_rows(
+        *quantize_per_token(three), values, scale, None, torch.float16, **launch
+    )
+    assert torch.equal(out, expected)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("rows", [1, 16])
+@pytest.mark.parametrize("rows", [1, 2, 16])
 @pytest.mark.parametrize("projection", ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"])
 @pytest.mark.parametrize("widening", ["runner", "fp16", "bf16"])
 def test_over_e4m3_weights_at_llama_shapes(skinny, projection, rows, widening):
-    """The runner's settings (one row: the matrix-vector product where it has a setting),
-    and Triton's own widenings on the tensor-core product."""
+    """The runner's settings (the W8A8 few-rows product from its `from_rows`, else at one
+    row the matrix-vector product where it has a setting), and Triton's own widenings on
+    the tensor-core product. The W8A8 product's reference is the float64 product of the
+    input rounded per token as it rounds it."""
+    from pagoda.engine.layers.fp8 import dequantize_rows, quantize_rows
+
     fan_in, fan_out = LLAMA_8B[projection]
     x = torch.randn(rows, fan_in, device=DEVICE, dtype=torch.bfloat16)
     values, scale, reference_weight = fp8_weight(fan_out, fan_in)
     setting = dict(skinny.FP8_SETTINGS[projection])
     if widening != "runner":
-        setting.update(widen_in_registers=False, fp16_products=widening == "fp16", one_row=None)
+        setting.update(
+            widen_in_registers=False, fp16_products=widening == "fp16", one_row=None, w8a8=None
+        )
     out = skinny.fp8_skinny_linear(x, values, scale, **setting)
-    assert relative_error(out, x.double() @ reference_weight.T) < 1e-2
+    exact = x.double()
+    if skinny.w8a8_launch(setting["w8a8"], rows) is not None:
+        exact = dequantize_rows(*quantize_rows(x.float()), torch.float64)
+    assert relative_error(out, exact @ reference_weight.T) < 1e-2
