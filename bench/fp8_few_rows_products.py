@@ -38,15 +38,14 @@ QUANTISED_BEFORE = {"qkv_proj", "gate_up_proj", "down_proj"}  # by the fused nor
 SHARED_MEMORY = 200 * 1024  # bytes of tiles in flight a program may hold
 
 GRID = [
-    {"block_n": n, "block_k": k, "num_warps": w, "num_stages": s, "tall": tall}
-    for n, k, w, s, tall in itertools.product(
-        (32, 64, 128, 256), (128, 256, 512, 1024), (4, 8), (2, 3, 4, 5, 6), (False, True)
+    {"block_n": n, "block_k": k, "num_warps": 4, "num_stages": s, "tall": True, "split_k": split}
+    for n, k, s, split in itertools.product(
+        (64, 128), (128, 256, 512, 1024), (3, 4, 5, 6), (1, 2, 4)
     )
+    # the weight as the warpgroup MMA's tall side (64 rows at least): faster at every
+    # shape than 16 padded rows times the weight in the first sweeps (bench/results/
+    # 2026-12-06-h200-fp8-few-rows-products-{1,2}.md), so only that way round here
     if (n + 16) * k * s <= SHARED_MEMORY
-    # transposed (the weight as the warpgroup MMA's tall side: 64 rows at least), or as
-    # the first sweep's straight settings (bench/results/2026-12-06-h200-fp8-few-rows-
-    # products-1.md: slower everywhere) at their best
-    and ((tall and n >= 64) or (not tall and n == 32 and w == 4 and s == 4 and k >= 256))
 ]
 
 
@@ -56,7 +55,8 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 def describe(s: dict) -> str:
     tall = ", tall" if s["tall"] else ""
-    return f"{s['block_n']} x {s['block_k']}, {s['num_warps']} w, {s['num_stages']} st{tall}"
+    split = f", split {s['split_k']}" if s.get("split_k", 1) > 1 else ""
+    return f"{s['block_n']} x {s['block_k']}, {s['num_warps']} w, {s['num_stages']} st{tall}{split}"
 
 
 class Weights:
@@ -122,10 +122,7 @@ def measure(name: str, fan_in: int, fan_out: int, rows: list[int]) -> tuple[list
             f"{route:.1f} | {engine / route:.2f}x | {describe(best)} |"
         )
         print(lines[-1], flush=True)
-    setting = {key: best[key] for key in ("block_n", "block_k", "num_warps", "num_stages")}
-    chosen = None if faster_from is None else {"from_rows": faster_from, **setting}
-    if best["tall"] and chosen:
-        chosen["tall"] = True
+    chosen = None if faster_from is None else {"from_rows": faster_from, **best}
     return lines, chosen
 
 

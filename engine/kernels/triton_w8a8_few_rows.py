@@ -28,37 +28,11 @@ MIN_BLOCK_K = 32  # the depth of a float8 tensor-core product
 
 
 @triton.jit
-def _w8a8_few_rows_kernel(
-    x_ptr,  # [M, K] e4m3
-    x_scale_ptr,  # [M] float32 (a [M, 1] column)
-    w_ptr,  # [N, K] e4m3
-    w_scale_ptr,  # [N] float32
-    bias_ptr,  # [N] or unused
-    out_ptr,  # [M, N]
-    M, N, K, stride_xm, stride_wn, stride_om,
-    HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TALL: tl.constexpr,
+def _store_output(
+    acc, x_scale_ptr, w_scale_ptr, bias_ptr, out_ptr, offs_m, offs_n, m_mask, n_mask,
+    stride_om, HAS_BIAS: tl.constexpr,
 ):  # fmt: skip
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m = tl.arange(0, 16)
-    n_mask = offs_n < N
-    m_mask = offs_m < M
-    x_rows = x_ptr + offs_m[:, None] * stride_xm
-    w_rows = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn
-    if TALL:
-        acc_t = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
-    else:
-        acc = tl.zeros([16, BLOCK_N], dtype=tl.float32)
-    for k_start in range(0, K, BLOCK_K):
-        offs_k = k_start + tl.arange(0, BLOCK_K)
-        k_mask = offs_k < K
-        w = tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-        x = tl.load(x_rows + offs_k[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-        if TALL:
-            acc_t += tl.dot(w, tl.trans(x))
-        else:
-            acc += tl.dot(x, tl.trans(w))
-    if TALL:
-        acc = tl.trans(acc_t)
+    """The float32 sums [16, BLOCK_N] times the rows' and channels' scales (+ bias)."""
     x_scale = tl.load(x_scale_ptr + offs_m, mask=m_mask, other=0.0)
     w_scale = tl.load(w_scale_ptr + offs_n, mask=n_mask, other=0.0)
     acc = acc * x_scale[:, None] * w_scale[None, :]
@@ -69,6 +43,94 @@ def _w8a8_few_rows_kernel(
         acc.to(out_ptr.dtype.element_ty),
         mask=m_mask[:, None] & n_mask[None, :],
     )
+
+
+@triton.jit
+def _w8a8_few_rows_kernel(
+    x_ptr,  # [M, K] e4m3
+    x_scale_ptr,  # [M] float32 (a [M, 1] column)
+    w_ptr,  # [N, K] e4m3
+    w_scale_ptr,  # [N] float32
+    bias_ptr,  # [N] or unused
+    out_ptr,  # [M, N]
+    partial_ptr,  # [SPLIT_K, 16, N] float32: each split's sums (SPLIT_K > 1)
+    arrived_ptr,  # [cdiv(N, BLOCK_N)] int32, zero between launches (SPLIT_K > 1)
+    M, N, K, stride_xm, stride_wn, stride_om,
+    HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TALL: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+):  # fmt: skip
+    tile = tl.program_id(0)
+    split = tl.program_id(1)
+    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, 16)
+    n_mask = offs_n < N
+    m_mask = offs_m < M
+    # this split's share of K, in whole BLOCK_K steps
+    k_share = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
+    k_first = split * k_share
+    k_end = tl.minimum(k_first + k_share, K)
+    x_rows = x_ptr + offs_m[:, None] * stride_xm
+    w_rows = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn
+    if TALL:
+        acc_t = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
+    else:
+        acc = tl.zeros([16, BLOCK_N], dtype=tl.float32)
+    for k_start in range(k_first, k_end, BLOCK_K):
+        offs_k = k_start + tl.arange(0, BLOCK_K)
+        k_mask = offs_k < k_end
+        w = tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
+        x = tl.load(x_rows + offs_k[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+        if TALL:
+            acc_t += tl.dot(w, tl.trans(x))
+        else:
+            acc += tl.dot(x, tl.trans(w))
+    if TALL:
+        acc = tl.trans(acc_t)
+    if SPLIT_K == 1:
+        _store_output(
+            acc, x_scale_ptr, w_scale_ptr, bias_ptr, out_ptr, offs_m, offs_n, m_mask, n_mask,
+            stride_om, HAS_BIAS,
+        )  # fmt: skip
+    else:
+        # Each split leaves its sums in the workspace; the last of the tile's splits to
+        # arrive adds them all, in split order (the same result whichever arrives last),
+        # writes the output and clears the tile's count for the next launch.
+        partials = partial_ptr + offs_m[:, None] * N + offs_n[None, :]
+        tl.store(partials + split * 16 * N, acc, mask=n_mask[None, :])
+        tl.debug_barrier()  # every thread's sums stored before the count is raised
+        arrived = tl.atomic_add(arrived_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLIT_K - 1:
+            total = tl.zeros([16, BLOCK_N], dtype=tl.float32)
+            for other in tl.static_range(SPLIT_K):
+                total += tl.load(
+                    partials + other * 16 * N, mask=n_mask[None, :], other=0.0,
+                    cache_modifier=".cg",  # from L2, where the other splits wrote
+                )  # fmt: skip
+            tl.atomic_xchg(arrived_ptr + tile, 0)
+            _store_output(
+                total, x_scale_ptr, w_scale_ptr, bias_ptr, out_ptr, offs_m, offs_n, m_mask,
+                n_mask, stride_om, HAS_BIAS,
+            )  # fmt: skip
+
+
+# The split products' workspace, one per device, allocated at its first eager use (the
+# runner warms every shape up eagerly before capturing it in a CUDA graph, which then
+# holds these addresses, so it is never reallocated): partial sums for outputs up to
+# SPLIT_OUTPUTS wide split up to MAX_SPLITS ways (2 MiB), and a count per output tile.
+# A product past it runs unsplit.
+MAX_SPLITS = 4
+SPLIT_OUTPUTS = 8192
+_workspaces: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _split_workspace(device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
+    if device not in _workspaces:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return None  # not warmed up eagerly: unsplit
+        partials = torch.empty(MAX_SPLITS * 16 * SPLIT_OUTPUTS, dtype=torch.float32, device=device)
+        arrived = torch.zeros(SPLIT_OUTPUTS // 16, dtype=torch.int32, device=device)
+        _workspaces[device] = (partials, arrived)
+    return _workspaces[device]
 
 
 def w8a8_few_rows(
@@ -83,15 +145,19 @@ def w8a8_few_rows(
     num_warps: int = 4,
     num_stages: int = 4,
     tall: bool = False,
+    split_k: int = 1,
 ) -> torch.Tensor:
     """(values [rows <= 16, in] e4m3 x scale [rows, 1]) @ (weight [out, in] e4m3 x
-    weight_scale [out]).T (+ bias), in out_dtype."""
+    weight_scale [out]).T (+ bias), in out_dtype; `split_k` programs share each output
+    tile's K (more programs for a narrow output)."""
     rows, fan_in = values.shape
     fan_out = weight.shape[0]
     if rows > MAX_ROWS:
         raise ValueError(f"w8a8_few_rows serves at most {MAX_ROWS} rows, got {rows}")
     if block_k < MIN_BLOCK_K:
         raise ValueError(f"block_k {block_k}: a float8 product is at least {MIN_BLOCK_K} deep")
+    if not 1 <= split_k <= MAX_SPLITS:
+        raise ValueError(f"split_k {split_k}: between 1 and {MAX_SPLITS}")
     if weight.shape[1] != fan_in or weight.stride(1) != 1 or values.stride(1) != 1:
         raise ValueError(f"weight {tuple(weight.shape)} and input must be row-major over {fan_in}")
     if scale.numel() != rows or weight_scale.numel() != fan_out:
@@ -102,10 +168,17 @@ def w8a8_few_rows(
     out = torch.empty(rows, fan_out, dtype=out_dtype, device=values.device)
     if rows == 0:
         return out
-    _w8a8_few_rows_kernel[(triton.cdiv(fan_out, block_n),)](
+    workspace = None
+    if split_k > 1 and fan_out <= SPLIT_OUTPUTS and block_n >= 16:
+        workspace = _split_workspace(values.device)
+    if workspace is None:
+        split_k = 1
+        workspace = (out, out)  # unused
+    grid = (triton.cdiv(fan_out, block_n), split_k)
+    _w8a8_few_rows_kernel[grid](
         values, scale, weight, weight_scale, bias if bias is not None else weight_scale, out,
-        rows, fan_out, fan_in, values.stride(0), weight.stride(0), out.stride(0),
+        *workspace, rows, fan_out, fan_in, values.stride(0), weight.stride(0), out.stride(0),
         HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k, TALL=tall,
-        num_warps=num_warps, num_stages=num_stages,
+        SPLIT_K=split_k, num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
     return out

@@ -56,6 +56,23 @@ def test_matches_float64(w8a8_few_rows, rows, fan_in, fan_out, bias, tall):
     assert relative_error(out, reference + (0 if b is None else b.double())) < 1e-3
 
 
+@pytest.mark.parametrize("split_k", [2, 3])
+@pytest.mark.parametrize("rows", [1, 16])
+def test_split_k_adds_the_same_sums(w8a8_few_rows, split_k, rows):
+    """K shared by 2-3 programs per tile (K = 7 tiles: uneven shares, one ends early): the
+    float64 product, and the same output again on a second launch (the tile counts clear
+    themselves)."""
+    values, scale, w_values, w_scale, reference = operands(rows, 224, 40)
+    b = torch.randn(40, device=DEVICE)
+    launch = {"block_n": 16, "block_k": 32, "num_stages": 1, "split_k": split_k, "tall": True}
+    out = w8a8_few_rows.w8a8_few_rows(values, scale, w_values, w_scale, b, torch.float32, **launch)
+    assert relative_error(out, reference + b.double()) < 1e-3
+    again = w8a8_few_rows.w8a8_few_rows(
+        values, scale, w_values, w_scale, b, torch.float32, **launch
+    )
+    assert torch.equal(out, again)
+
+
 def test_refuses_more_rows_than_a_tile(w8a8_few_rows):
     values, scale, w_values, w_scale, _ = operands(17, 64, 32)
     with pytest.raises(ValueError, match="at most 16 rows, got 17"):
@@ -67,6 +84,10 @@ def test_refuses_a_product_shallower_than_float8_tiles(w8a8_few_rows):
     with pytest.raises(ValueError, match="block_k 16: a float8 product is at least 32 deep"):
         w8a8_few_rows.w8a8_few_rows(
             values, scale, w_values, w_scale, None, torch.float32, block_k=16
+        )
+    with pytest.raises(ValueError, match="split_k 5: between 1 and 4"):
+        w8a8_few_rows.w8a8_few_rows(
+            values, scale, w_values, w_scale, None, torch.float32, split_k=5
         )
 
 
@@ -100,3 +121,27 @@ def test_at_llama_shapes_with_the_runners_settings(
     tolerance = 1e-2 if dtype == torch.bfloat16 else 1e-3
     assert out.dtype == dtype
     assert relative_error(out, reference + bias.double()) < tolerance
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("split_k", [2, 4])
+def test_split_products_replay_in_a_cuda_graph(w8a8_few_rows, split_k):
+    """Split four ways at o_proj's shape, warmed up eagerly and captured as the runner
+    captures a decode step: every replay gives the eager output, bit for bit."""
+    values, scale, w_values, w_scale, reference = operands(3, 4096, 4096)
+    launch = {"block_n": 64, "block_k": 256, "tall": True, "split_k": split_k}
+    eager = w8a8_few_rows.w8a8_few_rows(
+        values, scale, w_values, w_scale, None, torch.bfloat16, **launch
+    )
+    assert relative_error(eager, reference) < 1e-2
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = w8a8_few_rows.w8a8_few_rows(
+            values, scale, w_values, w_scale, None, torch.bfloat16, **launch
+        )
+    for _ in range(3):
+        captured.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, eager)
