@@ -30,7 +30,7 @@ for workload in "${workloads[@]}"; do
         site="${side}_site" commit="${side}_commit"
         echo "=== $workload on the $side (${!commit})"
         # from /tmp: a checkout's own operator/ folder must not shadow the standard library
-        (cd /tmp && PYTHONPATH="${!site}" PAGODA_COMMIT="${!commit}" \
+        (cd /tmp && PYTHONPATH="${!site}${PYTHONPATH:+:$PYTHONPATH}" PAGODA_COMMIT="${!commit}" \
             python3 -m pagoda.cli bench "$workload" --out "$out/$side" "$@")
     done
 done
