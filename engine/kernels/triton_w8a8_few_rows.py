@@ -23,6 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
+from pagoda.engine.kernels import device_scratch
+
 MAX_ROWS = 16  # rows of x one launch serves: the tensor-core tile's narrow side
 MIN_BLOCK_K = 32  # the depth of a float8 tensor-core product
 
@@ -113,24 +115,20 @@ def _w8a8_few_rows_kernel(
             )  # fmt: skip
 
 
-# The split products' workspace, one per device, allocated at its first eager use (the
-# runner warms every shape up eagerly before capturing it in a CUDA graph, which then
-# holds these addresses, so it is never reallocated): partial sums for outputs up to
-# SPLIT_OUTPUTS wide split up to MAX_SPLITS ways (2 MiB), and a count per output tile.
+# The split products' workspace (kernels/device_scratch.py): partial sums for outputs up
+# to SPLIT_OUTPUTS wide split up to MAX_SPLITS ways (2 MiB), and a count per output tile.
 # A product past it runs unsplit.
 MAX_SPLITS = 4
 SPLIT_OUTPUTS = 8192
-_workspaces: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-def _split_workspace(device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
-    if device not in _workspaces:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return None  # not warmed up eagerly: unsplit
+def _split_workspace(device: torch.device) -> tuple[torch.Tensor, ...] | None:
+    def make() -> tuple[torch.Tensor, ...]:
         partials = torch.empty(MAX_SPLITS * 16 * SPLIT_OUTPUTS, dtype=torch.float32, device=device)
         arrived = torch.zeros(SPLIT_OUTPUTS // 16, dtype=torch.int32, device=device)
-        _workspaces[device] = (partials, arrived)
-    return _workspaces[device]
+        return partials, arrived
+
+    return device_scratch.persistent("w8a8 split products", device, make)
 
 
 def w8a8_few_rows(
