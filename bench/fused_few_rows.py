@@ -7,9 +7,10 @@ At batch 1 the FP8 path's quantising SiLU·mul held a whole row in one program, 
 work: 5.8 µs a layer on an H100 against 1.4 for the unquantised kernel's 14 programs
 (bench/decode_step_kernels.py, bench/results/2026-12-06-h100-decode-step-kernels-*.md).
 Here, per row count (Llama-3.1-8B's 14,336-wide activation and 4,096-wide hidden
-state): the quantising SiLU·mul whole-row at 8-32 warps and row-split at 512-2,048
-columns a program (checked bit for bit against the whole-row kernel), the unquantised
-SiLU·mul, and RMSNorm with the residual, unquantised and quantising, at 4-32 warps.
+state): the quantising SiLU·mul at 8-32 warps, the unquantised SiLU·mul, and RMSNorm with
+the residual, unquantised and quantising, at 4-32 warps. (The first run, at `df40ae7`,
+also timed a row split over 512-2,048-column programs that exchanged the row's largest
+magnitude through atomics: 5.5-6.3 µs at one row, no faster; removed since.)
 Each call is timed as bench/fp8_gemv_sweep.py times: 20 calls in a CUDA graph, the
 inputs in L2 as the previous kernel leaves them.
 """
@@ -29,22 +30,11 @@ CALLS = 20
 
 
 def silu_variants(gate_up: torch.Tensor) -> dict[str, float]:
-    whole = silu_and_mul(gate_up, True, split_row_block=None)
     times = {"unquantised": graph_time_us(lambda i: silu_and_mul(gate_up), CALLS)}
     for warps in (8, 16, 32):
         times[f"whole row, {warps} warps"] = graph_time_us(
-            lambda i, w=warps: silu_and_mul(gate_up, True, w, split_row_block=None), CALLS
+            lambda i, w=warps: silu_and_mul(gate_up, True, w), CALLS
         )
-    for block in (512, 1024, 2048):
-        for warps in (4, 8):
-            split = silu_and_mul(gate_up, True, warps, split_row_block=block)
-            if not (torch.equal(split.values.view(torch.uint8), whole.values.view(torch.uint8))
-                    and torch.equal(split.scale, whole.scale)):  # fmt: skip
-                raise AssertionError(f"row-split {block}, {warps} warps: not the whole row's")
-            times[f"split {block}, {warps} warps"] = graph_time_us(
-                lambda i, b=block, w=warps: silu_and_mul(gate_up, True, w, split_row_block=b),
-                CALLS,
-            )
     return times
 
 

@@ -15,13 +15,11 @@ Each has a torch twin in the layers (the CPU path) that tests compare against.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
-from pagoda.engine.kernels import device_scratch, reference
+from pagoda.engine.kernels import reference
 from pagoda.engine.kernels.fp8_rows import Fp8Rows
 from pagoda.engine.kernels.triton_fp8 import MIN_SCALE, quantize_row, row_scale, to_e4m3
 from pagoda.engine.quantization import FP8_MAX
@@ -74,11 +72,16 @@ def rms_norm(
     eps: float,
     residual: torch.Tensor | None = None,
     quantize: bool = False,
-    num_warps: int = 4,
+    num_warps: int | None = None,
 ):
     """RMSNorm(x) or, with `residual`, (RMSNorm(x + residual), x + residual); with
-    `quantize`, the normalized rows as e4m3 with their scales (an `Fp8Rows`)."""
+    `quantize`, the normalized rows as e4m3 with their scales (an `Fp8Rows`).
+    `num_warps`: sweeps (by default by the rows)."""
     rows, hidden = x.shape
+    if num_warps is None:
+        # at few rows a warp for every 256 columns (16 at 4,096)
+        block = triton.next_power_of_2(hidden)
+        num_warps = max(4, min(FEW_ROWS_NORM_WARPS, block // 256)) if rows <= FEW_ROWS else 4
     out = torch.empty_like(x, dtype=FP8 if quantize else x.dtype)
     scale = torch.empty(rows, 1, dtype=torch.float32, device=x.device) if quantize else out
     residual_out = torch.empty_like(x) if residual is not None else out
@@ -159,41 +162,6 @@ def _silu_and_mul_quantized_whole_row_kernel(
 
 
 @triton.jit
-def _silu_and_mul_quantized_split_row_kernel(
-    x_ptr, out_ptr, scale_ptr, largest_ptr, counts_ptr, stride_x, stride_o,
-    SIZE: tl.constexpr, BLOCK: tl.constexpr, PARTS: tl.constexpr, FP8_MAX: tl.constexpr,
-    MIN_SCALE: tl.constexpr,
-):  # fmt: skip
-    """Few rows: PARTS programs a row, all resident at once (the caller keeps rows x PARTS
-    within the SMs), so that a row's silu(gate) * up is not one SM's work. Each program
-    computes its BLOCK columns, raises the row's largest magnitude (an atomic max over
-    non-negative floats), waits until the row's other programs have raised theirs, and
-    rounds its columns over the row's scale: the values and scale of the whole-row
-    kernel, bit for bit. largest_ptr [rows] float32 and counts_ptr [rows, 2] int32
-    (arrived, left) are zero between launches: the row's last program to leave clears them."""
-    row = tl.program_id(0)
-    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    out = _silu_times_up(x_ptr + row.to(tl.int64) * stride_x, offs, SIZE)
-    tl.atomic_max(largest_ptr + row, tl.max(tl.abs(out.to(tl.float32)), axis=0), sem="release")
-    arrived_ptr = counts_ptr + 2 * row
-    tl.atomic_add(arrived_ptr, 1, sem="release")
-    arrived = tl.atomic_add(arrived_ptr, 0, sem="acquire")
-    while arrived < PARTS:
-        arrived = tl.atomic_add(arrived_ptr, 0, sem="acquire")
-    largest = tl.atomic_add(largest_ptr + row, 0.0, sem="acquire")  # the row's, from L2
-    scale = tl.maximum(largest / FP8_MAX, MIN_SCALE)  # as row_scale
-    value = to_e4m3(out, scale, FP8_MAX)
-    tl.store(out_ptr + row * stride_o + offs, value.to(out_ptr.dtype.element_ty), mask=offs < SIZE)
-    if tl.program_id(1) == 0:
-        tl.store(scale_ptr + row, scale)
-    left = tl.atomic_add(arrived_ptr + 1, 1, sem="acq_rel")
-    if left == PARTS - 1:  # every program has read the row's largest: clear for the next
-        tl.atomic_xchg(largest_ptr + row, 0.0)
-        tl.atomic_xchg(arrived_ptr, 0)
-        tl.atomic_xchg(arrived_ptr + 1, 0)
-
-
-@triton.jit
 def _silu_times_up(x_row, offs, SIZE: tl.constexpr):
     """silu(gate) * up at columns offs of one row, in the input's dtype (0 past SIZE)."""
     gate = tl.load(x_row + offs, mask=offs < SIZE, other=0.0)
@@ -211,39 +179,21 @@ def _silu_times_up(x_row, offs, SIZE: tl.constexpr):
 WHOLE_ROW_MAX = 16384
 
 
-# The row-split kernel's columns a program, and its rows at most (its programs must all be
-# resident at once: a launch of rows x parts programs within the SMs' count).
-SPLIT_ROW_BLOCK = 1024
-SPLIT_ROWS_MAX = 16
+# Up to this many rows (decode at small batch) the one-program-a-row kernels take more
+# warps: the quantising RMSNorm 2.4 µs at 16 warps against 3.3 at 4, the quantising
+# SiLU·mul 5.8 at 32 against 6.1 at 16, on an H100 (bench/fused_few_rows.py,
+# bench/results/2026-12-06-h100-fused-few-rows.md; the unquantised RMSNorm 1.8 against
+# 1.9). Splitting a row over several programs that exchange its largest magnitude was no
+# faster (5.5-6.3 µs: the atomics' round trips and fences).
+FEW_ROWS = 16
+FEW_ROWS_NORM_WARPS = 16
+FEW_ROWS_SILU_WARPS = 32
 
 
-def _split_row_buffers(device: torch.device) -> tuple[torch.Tensor, ...] | None:
-    def make() -> tuple[torch.Tensor, ...]:
-        largest = torch.zeros(SPLIT_ROWS_MAX, dtype=torch.float32, device=device)
-        return largest, torch.zeros(SPLIT_ROWS_MAX, 2, dtype=torch.int32, device=device)
-
-    return device_scratch.persistent("silu_and_mul split rows", device, make)
-
-
-def _fits_at_once(device: torch.device, programs: int) -> bool:
-    return device.type == "cuda" and programs <= _multiprocessors(device.index or 0)
-
-
-@functools.cache
-def _multiprocessors(device: int) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-def silu_and_mul(
-    gate_up: torch.Tensor,
-    quantize: bool = False,
-    num_warps: int | None = None,
-    split_row_block: int | None = SPLIT_ROW_BLOCK,
-):
+def silu_and_mul(gate_up: torch.Tensor, quantize: bool = False, num_warps: int | None = None):
     """[rows, 2 * size] (gate then up) → silu(gate) * up, [rows, size]; with `quantize`,
-    as e4m3 with a scale per row (an `Fp8Rows`). `split_row_block`: with `quantize`, few
-    enough rows that a program for each such block of every row fits on the GPU at once
-    are split so (None: never)."""
+    as e4m3 with a scale per row (an `Fp8Rows`). `num_warps`: the quantising kernel's
+    (sweeps; by default by the rows)."""
     rows, double = gate_up.shape
     size = double // 2
     block = 1024
@@ -251,25 +201,15 @@ def silu_and_mul(
         values = torch.empty((rows, size), dtype=FP8, device=gate_up.device)
         scale = torch.empty(rows, 1, dtype=torch.float32, device=gate_up.device)
         row = triton.next_power_of_2(size)
-        parts = triton.cdiv(size, split_row_block or size)
-        buffers = None
-        if (
-            split_row_block
-            and rows <= SPLIT_ROWS_MAX
-            and _fits_at_once(gate_up.device, rows * parts)
-        ):
-            buffers = _split_row_buffers(gate_up.device)
-        if buffers is not None:
-            _silu_and_mul_quantized_split_row_kernel[(rows, parts)](
-                gate_up, values, scale, *buffers, gate_up.stride(0), values.stride(0),
-                SIZE=size, BLOCK=split_row_block, PARTS=parts, FP8_MAX=FP8_MAX,
-                MIN_SCALE=MIN_SCALE, num_warps=num_warps or 4,
-            )  # fmt: skip
-        elif row <= WHOLE_ROW_MAX:
+        if row <= WHOLE_ROW_MAX:
+            if num_warps is None:
+                # a warp for every 512 columns at few rows (32 at 14,336), else 1,024
+                per_warp = 512 if rows <= FEW_ROWS else 1024
+                num_warps = min(FEW_ROWS_SILU_WARPS, row // per_warp)
             _silu_and_mul_quantized_whole_row_kernel[(rows,)](
                 gate_up, values, scale, gate_up.stride(0), values.stride(0),
                 SIZE=size, ROW=row, FP8_MAX=FP8_MAX, MIN_SCALE=MIN_SCALE,
-                num_warps=num_warps or max(4, min(16, row // 1024)),
+                num_warps=max(4, num_warps),
             )  # fmt: skip
         else:
             _silu_and_mul_quantized_kernel[(rows,)](

@@ -162,8 +162,11 @@ def skinny_linear(
 # results/2026-12-06-h200-fp8-few-rows-products-2.md; µs at one and eight rows against
 # the widening path's: qkv 8.9 / 9.0 against 13.0 / 15.2, o 7.9 at two rows against 13.0
 # (at one row its input has no kernel to quantise it, and the GEMV's 8.7 beats the
-# quantiser's 3.0 plus 7.6), gate/up 30.6 / 31.1 against 43.6 / 44.5, down 17.8 / 18.8
-# against 22.7 / 33.0). It rounds as the W8A8 products of larger batches do.
+# quantiser's 3.0 plus 7.6), gate/up 30.6 / 31.1 against 43.6 / 44.5, down 18.4 at two
+# rows against 32.8). Down's one row stays on the GEMV: quantising in SiLU·mul costs 4.4
+# µs more than the unquantised kernel (bench/results/2026-12-06-h100-fused-few-rows.md),
+# as much as the product saves (17.8 against 22.7). It rounds as the W8A8 products of
+# larger batches do.
 def _fp8(
     name: str, block_n: int, block_k: int, num_stages: int, fp16_products: bool,
     w8a8: dict | None,
@@ -182,7 +185,7 @@ FP8_SETTINGS = {
     "qkv_proj": _fp8("qkv_proj", 64, 256, 4, True, _w8a8(1, 64, 256, 6)),
     "o_proj": _fp8("o_proj", 32, 1024, 3, False, _w8a8(2, 64, 512, 4)),
     "gate_up_proj": _fp8("gate_up_proj", 32, 256, 4, False, _w8a8(1, 128, 256, 3)),
-    "down_proj": _fp8("down_proj", 32, 512, 4, False, _w8a8(1, 64, 512, 5)),
+    "down_proj": _fp8("down_proj", 32, 512, 4, False, _w8a8(2, 64, 512, 5)),
 }
 
 

@@ -89,31 +89,6 @@ def test_silu_and_mul_quantized_in_the_same_pass(fused, rows, size, whole_row_ma
     assert_same_fp8_rows(got, *quantize_per_token(fused.silu_and_mul(gate_up)), torch.bfloat16)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not ON_GPU, reason="its programs wait for each other: compiled only")
-@pytest.mark.parametrize("rows", [1, 3, 9])
-@pytest.mark.parametrize(("size", "block"), [(14336, 1024), (1500, 512)])  # a short last part
-def test_silu_and_mul_quantized_split_over_a_row_is_the_whole_rows(fused, rows, size, block):
-    """Few rows split over several programs each (they exchange the row's largest
-    magnitude): the whole-row kernel's e4m3 values and scales, bit for bit, launch after
-    launch and replayed in a CUDA graph (the row counters clear themselves)."""
-    gate_up = (torch.randn(rows, 2 * size, device=DEVICE) * 3).to(torch.bfloat16)
-    whole = fused.silu_and_mul(gate_up, quantize=True, split_row_block=None)
-    for _ in range(2):
-        split = fused.silu_and_mul(gate_up, quantize=True, split_row_block=block)
-        assert torch.equal(split.values.view(torch.uint8), whole.values.view(torch.uint8))
-        assert torch.equal(split.scale, whole.scale)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = fused.silu_and_mul(gate_up, quantize=True, split_row_block=block)
-    for _ in range(3):
-        captured.scale.zero_()
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(captured.values.view(torch.uint8), whole.values.view(torch.uint8))
-        assert torch.equal(captured.scale, whole.scale)
-
-
 @pytest.mark.parametrize("qk_norm", [False, True])
 def test_rope_and_store_matches_rotary_plus_store(fused, qk_norm):
     heads, kv_heads, dim, tokens = 6, 2, 32, 7
