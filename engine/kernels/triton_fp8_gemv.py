@@ -27,9 +27,10 @@ MAX_ROWS = 4  # rows of x one launch serves (the runner uses it at one row only)
 # setting there. Gate/up is level (43.8 against 44.1) and stays on the tensor-core
 # product; so does every projection from two rows on (at four rows this takes 1.8-2.7x
 # as long). Loading the next slab before multiplying this one made every shape slower
-# (registers: ...-sweep-2-prefetch.md). triton_skinny.py FP8_SETTINGS hands these out;
-# over block-scaled weights (kernels/triton_fp8_blocks.py's format) the same projections
-# take them at one row too.
+# (registers: ...-sweep-2-prefetch.md). triton_skinny.py FP8_SETTINGS hands these out:
+# with row scales, one row of o and down comes here (q/k/v and gate/up go to the W8A8
+# few-rows product, triton_w8a8_few_rows.py, faster still); over block-scaled weights
+# (kernels/triton_fp8_blocks.py's format) one row of q/k/v, o and down.
 SETTINGS = {
     "qkv_proj": {"block_n": 4, "block_k": 2048, "num_warps": 4, "num_stages": 3},
     "o_proj": {"block_n": 8, "block_k": 1024, "num_warps": 4, "num_stages": 1},
