@@ -122,7 +122,7 @@ def measure(name: str, fan_in: int, fan_out: int, rows: list[int]) -> tuple[list
             f"{route:.1f} | {engine / route:.2f}x | {describe(best)} |"
         )
         print(lines[-1], flush=True)
-    chosen = None if faster_from is None else {"from_rows": faster_from, **best}
+    chosen = None if faster_from is None else {"from_rows": faster_from, "launch": best}
     return lines, chosen
 
 

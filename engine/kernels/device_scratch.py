@@ -1,6 +1,5 @@
 """Small buffers kernels keep on a device across launches: counters and partial results
-that programs of one launch exchange (triton_w8a8_few_rows.py's split products,
-triton_fused.py's row-split SiLU·mul).
+that programs of one launch exchange (triton_w8a8_few_rows.py's split products).
 
 Each is allocated at its first eager use and never again: the runner warms every shape up
 eagerly before capturing it in a CUDA graph, and the graphs hold these addresses. A first

@@ -177,8 +177,9 @@ def _fp8(
 
 
 def _w8a8(from_rows: int, block_n: int, block_k: int, num_stages: int) -> dict:
-    return {"from_rows": from_rows, "block_n": block_n, "block_k": block_k, "num_warps": 4,
-            "num_stages": num_stages, "tall": True}  # fmt: skip
+    launch = {"block_n": block_n, "block_k": block_k, "num_warps": 4, "num_stages": num_stages,
+              "tall": True}  # fmt: skip
+    return {"from_rows": from_rows, "launch": launch}
 
 
 FP8_SETTINGS = {
@@ -194,7 +195,7 @@ def w8a8_launch(w8a8: dict | None, rows: int) -> dict | None:
     `rows` rows, else None."""
     if w8a8 is None or not w8a8["from_rows"] <= rows <= MAX_ROWS:
         return None
-    return {key: value for key, value in w8a8.items() if key != "from_rows"}
+    return w8a8["launch"]
 
 
 @triton.jit

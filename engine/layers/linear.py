@@ -139,11 +139,11 @@ def _fp8_rows_linear(module: nn.Module, x: Fp8Rows, bias: torch.Tensor | None) -
 
 def _w8a8_few_rows_launch(module: nn.Module, num_rows: int) -> dict | None:
     """The W8A8 few-rows product's launch arguments where it serves num_rows rows."""
-    if module.skinny is None or module.skinny.get("w8a8") is None:
+    if module.skinny is None:
         return None
     from pagoda.engine.kernels.triton_skinny import w8a8_launch  # CUDA only
 
-    return w8a8_launch(module.skinny["w8a8"], num_rows)
+    return w8a8_launch(module.skinny.get("w8a8"), num_rows)
 
 
 def _few_rows_fp8(module: nn.Module, num_rows: int) -> bool:

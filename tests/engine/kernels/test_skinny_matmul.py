@@ -114,7 +114,7 @@ def test_over_e4m3_weights_hands_the_rows_w8a8_serves_to_the_w8a8_product(skinny
 
     values, scale, reference_weight = fp8_weight(32, 64)
     launch = {"block_n": 16, "block_k": 32, "num_warps": 4, "num_stages": 1, "tall": False}
-    setting = {"block_n": 16, "block_k": 32, "w8a8": {"from_rows": 2, **launch}}
+    setting = {"block_n": 16, "block_k": 32, "w8a8": {"from_rows": 2, "launch": launch}}
     one = torch.randn(1, 64, device=DEVICE, dtype=torch.float16)
     out = skinny.fp8_skinny_linear(one, values, scale, **setting)
     assert relative_error(out, one.double() @ reference_weight.T) < 1e-3  # 16-bit input

@@ -113,8 +113,8 @@ def test_at_llama_shapes_with_the_runners_settings(
 ):
     from pagoda.engine.kernels.triton_skinny import FP8_SETTINGS
 
-    setting = FP8_SETTINGS[projection].get("w8a8") or {}
-    setting = {key: value for key, value in setting.items() if key != "from_rows"}
+    w8a8 = FP8_SETTINGS[projection]["w8a8"]
+    setting = w8a8["launch"] if w8a8 is not None else {}
     values, scale, w_values, w_scale, reference = operands(rows, fan_in, fan_out)
     bias = torch.randn(fan_out, device="cuda", dtype=dtype)
     out = w8a8_few_rows.w8a8_few_rows(values, scale, w_values, w_scale, bias, dtype, **setting)
