@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from pagoda.engine.kernels import reference
+from pagoda.engine.kernels import pdl, reference
 
 LOG2E = 1.4426950408889634
 
@@ -133,7 +133,10 @@ def _decode_partial_kernel(
     WINDOWED: tl.constexpr,  # sliding_window > 0
     IEEE_FP32: tl.constexpr,
     DOT_FP16: tl.constexpr,  # float8 K/V: products in fp16 (see dot_in_fp16)
+    PDL: tl.constexpr,
 ):
+    pdl.release_dependents(PDL)
+    pdl.wait_for_inputs(PDL)
     kv_head = tl.program_id(0)
     seq = tl.program_id(1)
     split = tl.program_id(2)
@@ -204,7 +207,10 @@ def _decode_merge_kernel(
     HEAD_DIM_PADDED: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
     SPLITS_PADDED: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    pdl.release_dependents(PDL)
+    pdl.wait_for_inputs(PDL)
     row = tl.program_id(0)  # seq * heads + head
     offs_s = tl.arange(0, SPLITS_PADDED)
     offs_d = tl.arange(0, HEAD_DIM_PADDED)
@@ -331,6 +337,7 @@ def paged_decode_attention(
         DOT_FP16=dot_in_fp16(query, kv_cache) if dot_fp16 is None else dot_fp16,
         num_warps=num_warps,
         num_stages=num_stages,
+        **pdl.launch_options(query.device),
     )
     if num_splits > 1:
         _decode_merge_kernel[(num_seqs * num_heads,)](
@@ -342,5 +349,6 @@ def paged_decode_attention(
             HEAD_DIM_PADDED=head_dim_padded,
             NUM_SPLITS=num_splits,
             SPLITS_PADDED=triton.next_power_of_2(num_splits),
+            **pdl.launch_options(query.device),
         )
     return out

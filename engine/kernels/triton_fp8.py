@@ -13,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+from pagoda.engine.kernels import pdl
 from pagoda.engine.quantization import FP8_MAX
 
 MIN_SCALE = 1e-12  # as layers/fp8.py's: an all-zero row still divides by something
@@ -43,8 +44,10 @@ def quantize_row(x, scale_ptr, FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr):
 @triton.jit
 def _quantize_per_token_kernel(
     x_ptr, out_ptr, scale_ptr, K, stride_x,
-    FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr, BLOCK: tl.constexpr,
+    FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
+    pdl.release_dependents(PDL)
+    pdl.wait_for_inputs(PDL)
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * stride_x
     largest = tl.zeros([BLOCK], dtype=tl.float32)
@@ -72,5 +75,6 @@ def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         _quantize_per_token_kernel[(tokens,)](
             x, values, scales, width, x.stride(0),
             FP8_MAX=FP8_MAX, MIN_SCALE=MIN_SCALE, BLOCK=BLOCK, num_warps=4,
+            **pdl.launch_options(x.device),
         )  # fmt: skip
     return values, scales

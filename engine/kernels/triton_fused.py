@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from pagoda.engine.kernels import reference
+from pagoda.engine.kernels import pdl, reference
 from pagoda.engine.kernels.fp8_rows import Fp8Rows
 from pagoda.engine.kernels.triton_fp8 import MIN_SCALE, quantize_row, row_scale, to_e4m3
 from pagoda.engine.quantization import FP8_MAX
@@ -47,7 +47,10 @@ def _rms_norm_kernel(
     DTYPE: tl.constexpr,  # the 16-bit output's dtype, rounded to before quantizing
     FP8_MAX: tl.constexpr,
     MIN_SCALE: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    pdl.release_dependents(PDL)
+    pdl.wait_for_inputs(PDL)
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     mask = offs < HIDDEN
@@ -105,6 +108,7 @@ def rms_norm(
         FP8_MAX=FP8_MAX,
         MIN_SCALE=MIN_SCALE,
         num_warps=num_warps,
+        **pdl.launch_options(x.device),
     )
     if quantize:
         out = Fp8Rows(out, scale, x.dtype)
@@ -116,8 +120,11 @@ _TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.floa
 
 @triton.jit
 def _silu_and_mul_kernel(
-    x_ptr, out_ptr, stride_x, stride_o, SIZE: tl.constexpr, BLOCK: tl.constexpr
-):
+    x_ptr, out_ptr, stride_x, stride_o, SIZE: tl.constexpr, BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
+):  # fmt: skip
+    pdl.release_dependents(PDL)
+    pdl.wait_for_inputs(PDL)
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < SIZE
@@ -129,9 +136,12 @@ def _silu_and_mul_kernel(
 def _silu_and_mul_quantized_kernel(
     x_ptr, out_ptr, scale_ptr, stride_x, stride_o,
     SIZE: tl.constexpr, BLOCK: tl.constexpr, FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
     """One program a row: silu(gate) * up rounded to the input's dtype, a pass for the
     row's largest magnitude, a second (its inputs from L2) writing e4m3 over the scale."""
+    pdl.release_dependents(PDL)
+    pdl.wait_for_inputs(PDL)
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * stride_x
     largest = tl.zeros([BLOCK], dtype=tl.float32)
@@ -151,9 +161,12 @@ def _silu_and_mul_quantized_kernel(
 def _silu_and_mul_quantized_whole_row_kernel(
     x_ptr, out_ptr, scale_ptr, stride_x, stride_o,
     SIZE: tl.constexpr, ROW: tl.constexpr, FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
     """One program a row held whole in registers (ROW: SIZE padded): silu(gate) * up
     rounded to the input's dtype, its scale, the e4m3 values, from one read of the input."""
+    pdl.release_dependents(PDL)
+    pdl.wait_for_inputs(PDL)
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, ROW)
     out = _silu_times_up(x_ptr + row * stride_x, offs, SIZE)
@@ -209,18 +222,20 @@ def silu_and_mul(gate_up: torch.Tensor, quantize: bool = False, num_warps: int |
             _silu_and_mul_quantized_whole_row_kernel[(rows,)](
                 gate_up, values, scale, gate_up.stride(0), values.stride(0),
                 SIZE=size, ROW=row, FP8_MAX=FP8_MAX, MIN_SCALE=MIN_SCALE,
-                num_warps=max(4, num_warps),
+                num_warps=max(4, num_warps), **pdl.launch_options(gate_up.device),
             )  # fmt: skip
         else:
             _silu_and_mul_quantized_kernel[(rows,)](
                 gate_up, values, scale, gate_up.stride(0), values.stride(0),
                 SIZE=size, BLOCK=block, FP8_MAX=FP8_MAX, MIN_SCALE=MIN_SCALE,
+                **pdl.launch_options(gate_up.device),
             )  # fmt: skip
         return Fp8Rows(values, scale, gate_up.dtype)
     out = torch.empty((rows, size), dtype=gate_up.dtype, device=gate_up.device)
     _silu_and_mul_kernel[(rows, triton.cdiv(size, block))](
-        gate_up, out, gate_up.stride(0), out.stride(0), SIZE=size, BLOCK=block
-    )
+        gate_up, out, gate_up.stride(0), out.stride(0), SIZE=size, BLOCK=block,
+        **pdl.launch_options(gate_up.device),
+    )  # fmt: skip
     return out
 
 
@@ -255,7 +270,10 @@ def _rope_and_store_kernel(
     QK_NORM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     CACHE_MAX: tl.constexpr,  # the cache dtype's largest value: stores saturate
+    PDL: tl.constexpr,
 ):
+    pdl.release_dependents(PDL)
+    pdl.wait_for_inputs(PDL)
     token = tl.program_id(0).to(tl.int64)
     is_kv = tl.program_id(1)  # 0: query heads, 1: key and value heads
     half: tl.constexpr = HEAD_DIM // 2
@@ -370,5 +388,6 @@ def rope_and_store(
         QK_NORM=q_norm is not None,
         BLOCK_SIZE=kv_cache.shape[2],
         CACHE_MAX=torch.finfo(kv_cache.dtype).max,
+        **pdl.launch_options(qkv.device),
     )
     return q

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from pagoda.engine.kernels import triton_fp8_gemv
+from pagoda.engine.kernels import pdl, triton_fp8_gemv
 from pagoda.engine.kernels.triton_fp8 import quantize_per_token
 from pagoda.engine.kernels.triton_w8a8_few_rows import w8a8_few_rows
 
@@ -79,11 +79,16 @@ def _skinny_matmul_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     IEEE_FP32: tl.constexpr,
+    PDL: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
+    pdl.release_dependents(PDL)
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, 16)
     n_mask = offs_n < N
     m_mask = offs_m < M
+    pdl.prefetch_slab(w_ptr, offs_n, N, stride_wn, 0, K, PDL, PREFETCH)
+    pdl.wait_for_inputs(PDL)
     acc = rows_times_slab(
         x_ptr, w_ptr, offs_m, m_mask, offs_n, n_mask, 0, K, K, stride_xm, stride_wn,
         BLOCK_N, BLOCK_K, IEEE_FP32,
@@ -133,8 +138,10 @@ def skinny_linear(
         BLOCK_N=block_n,
         BLOCK_K=block_k,
         IEEE_FP32=x.dtype == torch.float32,
+        PREFETCH=pdl.PREFETCH_BYTES,
         num_warps=num_warps,
         num_stages=num_stages,
+        **pdl.launch_options(x.device),
     )
     return out
 
@@ -219,12 +226,16 @@ def _e4m3_to_f16(x):
 def _fp8_skinny_matmul_kernel(
     x_ptr, w_ptr, scale_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
     HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    FP16_PRODUCTS: tl.constexpr, WIDEN_IN_REGISTERS: tl.constexpr,
+    FP16_PRODUCTS: tl.constexpr, WIDEN_IN_REGISTERS: tl.constexpr, PDL: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):  # fmt: skip
+    pdl.release_dependents(PDL)
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, 16)
     n_mask = offs_n < N
     m_mask = offs_m < M
+    pdl.prefetch_slab(w_ptr, offs_n, N, stride_wn, 0, K, PDL, PREFETCH)
+    pdl.wait_for_inputs(PDL)
     acc = tl.zeros([16, BLOCK_N], dtype=tl.float32)
     for k_start in range(0, K, BLOCK_K):
         offs_k = k_start + tl.arange(0, BLOCK_K)
@@ -294,6 +305,7 @@ def fp8_skinny_linear(
         FP16_PRODUCTS=fp16_products or x.dtype == torch.float16,
         # the paired conversion instruction: CUDA sm_89+ (not the interpreter)
         WIDEN_IN_REGISTERS=widen_in_registers and fp16_products and x.device.type == "cuda",
-        num_warps=num_warps, num_stages=num_stages,
+        PREFETCH=pdl.PREFETCH_BYTES, num_warps=num_warps, num_stages=num_stages,
+        **pdl.launch_options(x.device),
     )  # fmt: skip
     return out

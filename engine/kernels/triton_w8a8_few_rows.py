@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from pagoda.engine.kernels import device_scratch
+from pagoda.engine.kernels import device_scratch, pdl
 
 MAX_ROWS = 16  # rows of x one launch serves: the tensor-core tile's narrow side
 MIN_BLOCK_K = 32  # the depth of a float8 tensor-core product
@@ -59,8 +59,9 @@ def _w8a8_few_rows_kernel(
     arrived_ptr,  # [cdiv(N, BLOCK_N)] int32, zero between launches (SPLIT_K > 1)
     M, N, K, stride_xm, stride_wn, stride_om,
     HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TALL: tl.constexpr,
-    SPLIT_K: tl.constexpr,
+    SPLIT_K: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
 ):  # fmt: skip
+    pdl.release_dependents(PDL)
     tile = tl.program_id(0)
     split = tl.program_id(1)
     offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -71,6 +72,8 @@ def _w8a8_few_rows_kernel(
     k_share = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
     k_first = split * k_share
     k_end = tl.minimum(k_first + k_share, K)
+    pdl.prefetch_slab(w_ptr, offs_n, N, stride_wn, k_first, k_end, PDL, PREFETCH)
+    pdl.wait_for_inputs(PDL)
     x_rows = x_ptr + offs_m[:, None] * stride_xm
     w_rows = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn
     if TALL:
@@ -144,10 +147,12 @@ def w8a8_few_rows(
     num_stages: int = 4,
     tall: bool = False,
     split_k: int = 1,
+    prefetch: int = pdl.PREFETCH_BYTES,
 ) -> torch.Tensor:
     """(values [rows <= 16, in] e4m3 x scale [rows, 1]) @ (weight [out, in] e4m3 x
     weight_scale [out]).T (+ bias), in out_dtype; `split_k` programs share each output
-    tile's K (more programs for a narrow output)."""
+    tile's K (more programs for a narrow output). `prefetch`: bytes of each weight row a
+    program asks L2 for while the kernel before finishes (kernels/pdl.py)."""
     rows, fan_in = values.shape
     fan_out = weight.shape[0]
     if rows > MAX_ROWS:
@@ -177,6 +182,7 @@ def w8a8_few_rows(
         values, scale, weight, weight_scale, bias if bias is not None else weight_scale, out,
         *workspace, rows, fan_out, fan_in, values.stride(0), weight.stride(0), out.stride(0),
         HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k, TALL=tall,
-        SPLIT_K=split_k, num_warps=num_warps, num_stages=num_stages,
+        SPLIT_K=split_k, PREFETCH=prefetch, num_warps=num_warps, num_stages=num_stages,
+        **pdl.launch_options(values.device),
     )  # fmt: skip
     return out
