@@ -40,14 +40,24 @@ LINE = tl.constexpr(128)  # bytes of an L2 cache line: one prefetch each
 PREFETCH_BYTES = 1024
 
 
+# Launches over more rows than this run without PDL: it saves a kernel's launch and ramp,
+# which matter at a decode step's few rows, and over a prefill's FP8 products (cuBLASLt)
+# it cost time (1,024-token TTFT 19.6 -> 33.7 ms on an H100, bench/results/
+# 2026-12-07-h100-pdl-batch-1.md).
+MAX_ROWS = 16
+_OFF = {"PDL": False}
+
+
+def launch_options(device: torch.device, rows: int) -> dict:
+    """Keyword arguments for a launch over `rows` rows (tokens, sequences) on `device` of a
+    kernel with a `PDL: tl.constexpr` parameter."""
+    return _device_options(device) if rows <= MAX_ROWS else _OFF
+
+
 @functools.cache
-def launch_options(device: torch.device) -> dict:
-    """Keyword arguments for a launch on `device` of a kernel with a `PDL: tl.constexpr`
-    parameter (read once a device: `launch_options.cache_clear()` after changing
-    PAGODA_PDL)."""
-    if enabled(device):
-        return {"PDL": True, "launch_pdl": True}
-    return {"PDL": False}
+def _device_options(device: torch.device) -> dict:
+    """(Read once a device: `_device_options.cache_clear()` after changing PAGODA_PDL.)"""
+    return {"PDL": True, "launch_pdl": True} if enabled(device) else _OFF
 
 
 def enabled(device: torch.device) -> bool:

@@ -337,7 +337,7 @@ def paged_decode_attention(
         DOT_FP16=dot_in_fp16(query, kv_cache) if dot_fp16 is None else dot_fp16,
         num_warps=num_warps,
         num_stages=num_stages,
-        **pdl.launch_options(query.device),
+        **pdl.launch_options(query.device, num_seqs),
     )
     if num_splits > 1:
         _decode_merge_kernel[(num_seqs * num_heads,)](
@@ -349,6 +349,6 @@ def paged_decode_attention(
             HEAD_DIM_PADDED=head_dim_padded,
             NUM_SPLITS=num_splits,
             SPLITS_PADDED=triton.next_power_of_2(num_splits),
-            **pdl.launch_options(query.device),
+            **pdl.launch_options(query.device, num_seqs),
         )
     return out

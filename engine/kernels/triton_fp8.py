@@ -75,6 +75,6 @@ def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         _quantize_per_token_kernel[(tokens,)](
             x, values, scales, width, x.stride(0),
             FP8_MAX=FP8_MAX, MIN_SCALE=MIN_SCALE, BLOCK=BLOCK, num_warps=4,
-            **pdl.launch_options(x.device),
+            **pdl.launch_options(x.device, tokens),
         )  # fmt: skip
     return values, scales

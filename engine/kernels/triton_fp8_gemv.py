@@ -122,6 +122,6 @@ def fp8_gemv(
         weight_scale.stride(0), HAS_BIAS=bias is not None, ROWS=triton.next_power_of_2(rows),
         BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=fan_in % block_k == 0,
         SCALE_ROWS=scale_rows, SCALE_COLS=scale_cols, PREFETCH=prefetch, num_warps=num_warps,
-        num_stages=num_stages, **pdl.launch_options(x.device),
+        num_stages=num_stages, **pdl.launch_options(x.device, rows),
     )  # fmt: skip
     return out

@@ -108,7 +108,7 @@ def rms_norm(
         FP8_MAX=FP8_MAX,
         MIN_SCALE=MIN_SCALE,
         num_warps=num_warps,
-        **pdl.launch_options(x.device),
+        **pdl.launch_options(x.device, rows),
     )
     if quantize:
         out = Fp8Rows(out, scale, x.dtype)
@@ -222,19 +222,19 @@ def silu_and_mul(gate_up: torch.Tensor, quantize: bool = False, num_warps: int |
             _silu_and_mul_quantized_whole_row_kernel[(rows,)](
                 gate_up, values, scale, gate_up.stride(0), values.stride(0),
                 SIZE=size, ROW=row, FP8_MAX=FP8_MAX, MIN_SCALE=MIN_SCALE,
-                num_warps=max(4, num_warps), **pdl.launch_options(gate_up.device),
+                num_warps=max(4, num_warps), **pdl.launch_options(gate_up.device, rows),
             )  # fmt: skip
         else:
             _silu_and_mul_quantized_kernel[(rows,)](
                 gate_up, values, scale, gate_up.stride(0), values.stride(0),
                 SIZE=size, BLOCK=block, FP8_MAX=FP8_MAX, MIN_SCALE=MIN_SCALE,
-                **pdl.launch_options(gate_up.device),
+                **pdl.launch_options(gate_up.device, rows),
             )  # fmt: skip
         return Fp8Rows(values, scale, gate_up.dtype)
     out = torch.empty((rows, size), dtype=gate_up.dtype, device=gate_up.device)
     _silu_and_mul_kernel[(rows, triton.cdiv(size, block))](
         gate_up, out, gate_up.stride(0), out.stride(0), SIZE=size, BLOCK=block,
-        **pdl.launch_options(gate_up.device),
+        **pdl.launch_options(gate_up.device, rows),
     )  # fmt: skip
     return out
 
@@ -388,6 +388,6 @@ def rope_and_store(
         QK_NORM=q_norm is not None,
         BLOCK_SIZE=kv_cache.shape[2],
         CACHE_MAX=torch.finfo(kv_cache.dtype).max,
-        **pdl.launch_options(qkv.device),
+        **pdl.launch_options(qkv.device, tokens),
     )
     return q

@@ -141,7 +141,7 @@ def skinny_linear(
         PREFETCH=pdl.PREFETCH_BYTES,
         num_warps=num_warps,
         num_stages=num_stages,
-        **pdl.launch_options(x.device),
+        **pdl.launch_options(x.device, rows),
     )
     return out
 
@@ -306,6 +306,6 @@ def fp8_skinny_linear(
         # the paired conversion instruction: CUDA sm_89+ (not the interpreter)
         WIDEN_IN_REGISTERS=widen_in_registers and fp16_products and x.device.type == "cuda",
         PREFETCH=pdl.PREFETCH_BYTES, num_warps=num_warps, num_stages=num_stages,
-        **pdl.launch_options(x.device),
+        **pdl.launch_options(x.device, rows),
     )  # fmt: skip
     return out

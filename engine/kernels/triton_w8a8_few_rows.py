@@ -183,6 +183,6 @@ def w8a8_few_rows(
         *workspace, rows, fan_out, fan_in, values.stride(0), weight.stride(0), out.stride(0),
         HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k, TALL=tall,
         SPLIT_K=split_k, PREFETCH=prefetch, num_warps=num_warps, num_stages=num_stages,
-        **pdl.launch_options(values.device),
+        **pdl.launch_options(values.device, rows),
     )  # fmt: skip
     return out

@@ -21,7 +21,7 @@ HIDDEN, INTERMEDIATE, LAYERS = 4096, 14336, 4
 
 
 def test_off_on_the_cpu_and_under_the_interpreter(monkeypatch):
-    assert pdl.launch_options(torch.device("cpu")) == {"PDL": False}
+    assert pdl.launch_options(torch.device("cpu"), 1) == {"PDL": False}
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert not pdl.enabled(torch.device("cuda", 0))
 
@@ -82,7 +82,7 @@ def _chain(hidden: torch.Tensor, layers: list[dict]) -> tuple[torch.Tensor, torc
 
 def _with_pdl(monkeypatch, on: bool) -> None:
     monkeypatch.setenv("PAGODA_PDL", "1" if on else "0")
-    pdl.launch_options.cache_clear()
+    pdl._device_options.cache_clear()
 
 
 @pytest.mark.gpu
@@ -99,7 +99,7 @@ def test_a_captured_chain_with_pdl_matches_eager_launches_without_it(monkeypatch
         _with_pdl(monkeypatch, False)
         expected = [_chain(x, layers) for x in inputs]
         _with_pdl(monkeypatch, True)
-        assert pdl.launch_options(inputs[0].device)["PDL"]
+        assert pdl.launch_options(inputs[0].device, rows)["PDL"]
         static_in = inputs[0].clone()
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -117,4 +117,4 @@ def test_a_captured_chain_with_pdl_matches_eager_launches_without_it(monkeypatch
             for got, want in zip(static_out, expected[which], strict=True):
                 assert torch.equal(got, want), f"replay {replay} differs from eager launches"
     finally:
-        pdl.launch_options.cache_clear()  # what PAGODA_PDL says once monkeypatch restores it
+        pdl._device_options.cache_clear()  # what PAGODA_PDL says once monkeypatch restores it
