@@ -59,6 +59,12 @@ def _fp8_gemv_kernel(
     w_rows = w_ptr + tl.minimum(offs_n, N - 1)[:, None].to(tl.int64) * stride_wn
     x_rows = x_ptr + tl.minimum(offs_m, M - 1)[:, None] * stride_xm
     scale_row = scale_ptr + (tl.program_id(0) * BLOCK_N // SCALE_ROWS) * stride_scale
+    # the weight's scales and bias and its slab's first lines while the kernel before
+    # finishes (no load waits at the end)
+    if not SCALE_COLS:
+        w_scale = tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0)
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
     pdl.prefetch_slab(w_ptr, offs_n, N, stride_wn, 0, K, PDL, PREFETCH)
     pdl.wait_for_inputs(PDL)
     acc = tl.zeros([ROWS, BLOCK_N, BLOCK_K], dtype=tl.float32)
@@ -77,9 +83,9 @@ def _fp8_gemv_kernel(
         acc += w.to(tl.float32)[None, :, :] * x[:, None, :]
     out = tl.sum(acc, axis=2)  # [ROWS, BLOCK_N]
     if not SCALE_COLS:
-        out *= tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0)[None, :]
+        out *= w_scale[None, :]
     if HAS_BIAS:
-        out += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        out += bias[None, :]
     tl.store(
         out_ptr + offs_m[:, None] * stride_om + offs_n[None, :],
         out.to(out_ptr.dtype.element_ty),

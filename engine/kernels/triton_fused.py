@@ -50,10 +50,11 @@ def _rms_norm_kernel(
     PDL: tl.constexpr,
 ):
     pdl.release_dependents(PDL)
-    pdl.wait_for_inputs(PDL)
-    row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     mask = offs < HIDDEN
+    weight = tl.load(weight_ptr + offs, mask=mask, other=0.0)  # while the kernel before ends
+    pdl.wait_for_inputs(PDL)
+    row = tl.program_id(0).to(tl.int64)
     x = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0)
     if HAS_RESIDUAL:
         residual = tl.load(residual_ptr + row * stride_r + offs, mask=mask, other=0.0)
@@ -62,7 +63,6 @@ def _rms_norm_kernel(
     x32 = x.to(tl.float32)
     variance = tl.sum(x32 * x32, 0) / HIDDEN
     normed = (x32 * tl.rsqrt(variance + eps)).to(x.dtype)
-    weight = tl.load(weight_ptr + offs, mask=mask, other=0.0)
     out = (weight.to(tl.float32) * normed.to(tl.float32)).to(DTYPE)
     if QUANTIZE:
         out = quantize_row(out, scale_ptr + row, FP8_MAX, MIN_SCALE)

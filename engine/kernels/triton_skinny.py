@@ -234,7 +234,8 @@ def _fp8_skinny_matmul_kernel(
     offs_m = tl.arange(0, 16)
     n_mask = offs_n < N
     m_mask = offs_m < M
-    pdl.prefetch_slab(w_ptr, offs_n, N, stride_wn, 0, K, PDL, PREFETCH)
+    w_scale = tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0)  # before the wait, as
+    pdl.prefetch_slab(w_ptr, offs_n, N, stride_wn, 0, K, PDL, PREFETCH)  # the slab's lines
     pdl.wait_for_inputs(PDL)
     acc = tl.zeros([16, BLOCK_N], dtype=tl.float32)
     for k_start in range(0, K, BLOCK_K):
@@ -258,7 +259,7 @@ def _fp8_skinny_matmul_kernel(
             acc += tl.dot(x, tl.trans(w.to(tl.float16)))
         else:
             acc += tl.dot(x, tl.trans(w.to(x.dtype)))
-    acc *= tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0)[None, :]
+    acc *= w_scale[None, :]
     if HAS_BIAS:
         acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     tl.store(

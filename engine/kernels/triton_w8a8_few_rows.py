@@ -30,16 +30,12 @@ MIN_BLOCK_K = 32  # the depth of a float8 tensor-core product
 
 
 @triton.jit
-def _store_output(
-    acc, x_scale_ptr, w_scale_ptr, bias_ptr, out_ptr, offs_m, offs_n, m_mask, n_mask,
-    stride_om, HAS_BIAS: tl.constexpr,
-):  # fmt: skip
-    """The float32 sums [16, BLOCK_N] times the rows' and channels' scales (+ bias)."""
-    x_scale = tl.load(x_scale_ptr + offs_m, mask=m_mask, other=0.0)
-    w_scale = tl.load(w_scale_ptr + offs_n, mask=n_mask, other=0.0)
+def _store_output(acc, x_scale, w_scale, bias, out_ptr, offs_m, offs_n, m_mask, n_mask, stride_om):
+    """The float32 sums [16, BLOCK_N] times the rows' and channels' scales (+ bias, None
+    without one), all loaded before the sums were made."""
     acc = acc * x_scale[:, None] * w_scale[None, :]
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    if bias is not None:
+        acc += bias[None, :]
     tl.store(
         out_ptr + offs_m[:, None] * stride_om + offs_n[None, :],
         acc.to(out_ptr.dtype.element_ty),
@@ -72,8 +68,15 @@ def _w8a8_few_rows_kernel(
     k_share = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
     k_first = split * k_share
     k_end = tl.minimum(k_first + k_share, K)
+    # the weight's scales and bias and the first lines of its slab while the kernel
+    # before finishes; the rows' scales before the loop: no load waits at the end
+    w_scale = tl.load(w_scale_ptr + offs_n, mask=n_mask, other=0.0)
+    bias = None
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
     pdl.prefetch_slab(w_ptr, offs_n, N, stride_wn, k_first, k_end, PDL, PREFETCH)
     pdl.wait_for_inputs(PDL)
+    x_scale = tl.load(x_scale_ptr + offs_m, mask=m_mask, other=0.0)
     x_rows = x_ptr + offs_m[:, None] * stride_xm
     w_rows = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn
     if TALL:
@@ -93,9 +96,8 @@ def _w8a8_few_rows_kernel(
         acc = tl.trans(acc_t)
     if SPLIT_K == 1:
         _store_output(
-            acc, x_scale_ptr, w_scale_ptr, bias_ptr, out_ptr, offs_m, offs_n, m_mask, n_mask,
-            stride_om, HAS_BIAS,
-        )  # fmt: skip
+            acc, x_scale, w_scale, bias, out_ptr, offs_m, offs_n, m_mask, n_mask, stride_om
+        )
     else:
         # Each split leaves its sums in the workspace; the last of the tile's splits to
         # arrive adds them all, in split order (the same result whichever arrives last),
@@ -113,9 +115,8 @@ def _w8a8_few_rows_kernel(
                 )  # fmt: skip
             tl.atomic_xchg(arrived_ptr + tile, 0)
             _store_output(
-                total, x_scale_ptr, w_scale_ptr, bias_ptr, out_ptr, offs_m, offs_n, m_mask,
-                n_mask, stride_om, HAS_BIAS,
-            )  # fmt: skip
+                total, x_scale, w_scale, bias, out_ptr, offs_m, offs_n, m_mask, n_mask, stride_om
+            )
 
 
 # The split products' workspace (kernels/device_scratch.py): partial sums for outputs up
