@@ -7,7 +7,7 @@ captured in a CUDA graph with PDL and replayed on new inputs must give, bit for 
 what the same chain gives launched eagerly without it. A kernel reading its input before
 the kernel that writes it has finished would read the previous replay's values: the
 graph's buffers are fixed, so the inputs alternate between replays to catch that.
-CPU: PDL stays off where it cannot run.
+CPU: PDL stays off where it cannot run, and past a decode step's few rows.
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from pagoda.engine.kernels import pdl
 HIDDEN, INTERMEDIATE, LAYERS = 4096, 14336, 4
 
 
-def test_off_on_the_cpu_and_under_the_interpreter(monkeypatch):
+def test_off_on_the_cpu_past_few_rows_and_under_the_interpreter(monkeypatch):
     assert pdl.launch_options(torch.device("cpu"), 1) == {"PDL": False}
+    # a prefill's launches: PDL beside cuBLASLt's FP8 products slowed them
+    assert pdl.launch_options(torch.device("cuda", 0), pdl.MAX_ROWS + 1) == {"PDL": False}
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert not pdl.enabled(torch.device("cuda", 0))
 
