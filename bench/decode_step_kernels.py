@@ -7,7 +7,9 @@
 kernel the step's graph replays is summed by name and divided by the decode steps, so
 the table reads as one step: µs and launches a step per kernel, the largest first.
 Where the profiler sees no kernels inside the graphs, the step runs eagerly instead
-(`--enforce-eager` then shows in the header).
+(`--enforce-eager` then shows in the header). With programmatic dependent launch (on at
+few rows on Hopper, kernels/pdl.py) a kernel starts before the one before it ends and
+its time includes that wait; `PAGODA_PDL=0` gives each kernel's own time.
 """
 
 from __future__ import annotations

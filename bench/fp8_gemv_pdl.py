@@ -12,7 +12,9 @@ writes, can be loaded before the wait. Timed here, in CUDA graphs, over a chain 
 Llama-3.1-8B layers' four products at one row (q/k/v, o, gate/up, down; each reads part
 of the last one's output, so the dependence is real):
 
-- `engine`: kernels/triton_fp8_gemv.py as the runner launches it;
+- `engine`: kernels/triton_fp8_gemv.py as the runner launches it: since 2026-12-07 with
+  PDL itself (kernels/pdl.py, its slab's first lines prefetched into L2 before the
+  wait), or plainly under `PAGODA_PDL=0`;
 - `this kernel`: the one-row product below, launched plainly (its waits do nothing);
 - `pdl`: the same launched with PDL, waiting before any load;
 - `pdl + early weights`: launched with PDL, the first weight slab loaded before the wait.

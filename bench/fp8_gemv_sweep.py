@@ -13,7 +13,10 @@ cuBLAS for gate/up).
 Timing: a CUDA graph of one call per weight copy (copies enough to leave the 60 MB L2),
 replayed 20 times between two events, per call. A decode step replays its products from
 graphs, back to back; timed eagerly, a 4-20 µs kernel measures the Python launch instead.
-TB/s counts the weight bytes.
+TB/s counts the weight bytes. On Hopper, launches over up to 16 rows use programmatic
+dependent launch since 2026-12-07 (kernels/pdl.py), so each call's start overlaps the
+one before's end, as in a decode step; `PAGODA_PDL=0` times them one after the other, as
+every result file before that date was timed.
 """
 
 from __future__ import annotations
