@@ -7,7 +7,8 @@ captured in a CUDA graph with PDL and replayed on new inputs must give, bit for 
 what the same chain gives launched eagerly without it. A kernel reading its input before
 the kernel that writes it has finished would read the previous replay's values: the
 graph's buffers are fixed, so the inputs alternate between replays to catch that.
-CPU: PDL stays off where it cannot run, and past a decode step's few rows.
+CPU: PDL stays off where it cannot run, and past a decode step's few rows; every kernel
+with a PDL parameter keeps the module's rules, read from its source.
 """
 
 from __future__ import annotations
@@ -120,3 +121,69 @@ def test_a_captured_chain_with_pdl_matches_eager_launches_without_it(monkeypatch
                 assert torch.equal(got, want), f"replay {replay} differs from eager launches"
     finally:
         pdl._device_options.cache_clear()  # what PAGODA_PDL says once monkeypatch restores it
+
+
+# Pointers a PDL kernel may load from before its wait: weights and their scales and
+# biases, which no kernel of a step writes (kernels/pdl.py's first rule).
+LOADS_BEFORE_THE_WAIT = {
+    "_rms_norm_kernel": {"weight_ptr"},
+    "_w8a8_few_rows_kernel": {"w_scale_ptr", "bias_ptr", "w_ptr"},
+    "_fp8_gemv_kernel": {"scale_ptr", "bias_ptr", "w_ptr"},
+    "_fp8_skinny_matmul_kernel": {"scale_ptr", "w_ptr"},
+    "_skinny_matmul_kernel": {"w_ptr"},
+}
+
+
+def _pdl_kernels():
+    """(module file, function) of every Triton kernel in kernels/ with a PDL parameter."""
+    import ast
+    from pathlib import Path
+
+    folder = Path(pdl.__file__).parent
+    for path in sorted(folder.glob("triton_*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and any(
+                arg.arg == "PDL" for arg in node.args.args
+            ):
+                yield path.name, node
+
+
+def _is_call(node, name: str) -> bool:
+    import ast
+
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == name
+    )
+
+
+def test_every_pdl_kernel_waits_in_every_program_before_reading_activations():
+    """The rules of kernels/pdl.py, read from the kernels' source: the wait is a statement
+    of the kernel's own body (no branch can skip it), before it no store or atomic, and
+    no load or prefetch but of the kernel's weight pointers listed above (the statements
+    themselves: a helper called before the wait is not read, so they keep to pdl's)."""
+    import ast
+
+    kernels = list(_pdl_kernels())
+    assert len(kernels) >= 12, [node.name for _, node in kernels]
+    for file, kernel in kernels:
+        where = f"{file}:{kernel.name}"
+        waits = [
+            i for i, statement in enumerate(kernel.body)
+            if isinstance(statement, ast.Expr) and _is_call(statement.value, "wait_for_inputs")
+        ]  # fmt: skip
+        assert len(waits) == 1, f"{where}: one pdl.wait_for_inputs(PDL) in the body itself"
+        allowed = LOADS_BEFORE_THE_WAIT.get(kernel.name, set())
+        for statement in kernel.body[: waits[0]]:
+            for node in ast.walk(statement):
+                if _is_call(node, "store") or (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr.startswith("atomic")
+                ):
+                    raise AssertionError(f"{where}: writes before its wait")
+                if _is_call(node, "load") or _is_call(node, "prefetch_slab"):
+                    names = {n.id for n in ast.walk(node.args[0]) if isinstance(n, ast.Name)}
+                    pointers = {n for n in names if n.endswith("_ptr")}
+                    assert pointers <= allowed, f"{where}: loads {pointers} before its wait"
