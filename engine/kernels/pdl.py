@@ -9,9 +9,10 @@ programmatic edge), the next kernel's programs are placed as soon as every progr
 the one before has signalled (`release_dependents`, which every kernel here calls as
 it starts), and each one waits (`wait_for_inputs`, griddepcontrol.wait) until that
 kernel has finished and its writes are visible. What a program does before the wait
-overlaps the kernel before: address arithmetic, and in the matrix products asking L2
-for the first lines of the program's weight slab (`prefetch_l2`), which no kernel of
-the step writes.
+overlaps the kernel before: address arithmetic, loading the weights it needs whole (a
+norm's weight, a product's scales and bias) and, in the matrix products, asking L2 for
+the first lines of the program's weight slab (`prefetch_slab`); no kernel of the step
+writes a weight.
 
 The rules that keep this exact:
 - before `wait_for_inputs` a program reads only weights and writes nothing;
@@ -20,8 +21,10 @@ The rules that keep this exact:
   along the stream, so the orders the step's buffers rely on hold as without PDL;
 - kernels of other libraries (cuBLAS, torch) launch as always; a PDL kernel after one
   waits for it like after any other.
-`PAGODA_PDL=0` turns it off (the A/B in bench/results/); it is off on devices before
-compute capability 9.0 and under Triton's interpreter.
+It applies to launches over up to MAX_ROWS rows (below). `PAGODA_PDL=0` in the
+environment turns it off (the A/B in bench/results/); it is off on devices before
+compute capability 9.0 and under Triton's interpreter. tests/engine/kernels/test_pdl.py
+reads every kernel's source for the rules above and checks a captured chain bit for bit.
 """
 
 from __future__ import annotations
@@ -106,8 +109,8 @@ def prefetch_l2(ptr, PDL: tl.constexpr):
 def prefetch_slab(
     w_ptr, offs_n, N, stride_wn, k_first, k_end, PDL: tl.constexpr, BYTES: tl.constexpr
 ):
-    """Prefetch the first BYTES bytes (a multiple of LINE) of columns k_first..k_end of
-    weight rows offs_n (rows from N on read row N - 1 again)."""
+    """Prefetch the first BYTES bytes (LINE times a power of two) of columns
+    k_first..k_end of weight rows offs_n (rows from N on read row N - 1 again)."""
     if PDL:
         per_line: tl.constexpr = LINE // (w_ptr.dtype.element_ty.primitive_bitwidth // 8)
         offs_k = k_first + tl.arange(0, BYTES // LINE) * per_line
