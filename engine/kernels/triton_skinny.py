@@ -234,8 +234,9 @@ def _fp8_skinny_matmul_kernel(
     offs_m = tl.arange(0, 16)
     n_mask = offs_n < N
     m_mask = offs_m < M
-    w_scale = tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0)  # before the wait, as
-    pdl.prefetch_slab(w_ptr, offs_n, N, stride_wn, 0, K, PDL, PREFETCH)  # the slab's lines
+    # the weight's scales and its slab's first lines while the kernel before finishes
+    w_scale = tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0)
+    pdl.prefetch_slab(w_ptr, offs_n, N, stride_wn, 0, K, PDL, PREFETCH)
     pdl.wait_for_inputs(PDL)
     acc = tl.zeros([16, BLOCK_N], dtype=tl.float32)
     for k_start in range(0, K, BLOCK_K):
