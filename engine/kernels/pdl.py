@@ -40,7 +40,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 LINE = tl.constexpr(128)  # bytes of an L2 cache line: one prefetch each
 # Bytes of each weight row a matrix product's program prefetches before it waits: about
 # what the kernel before it (a norm, SiLU·mul, attention's merge) leaves time to fetch.
-PREFETCH_BYTES = 1024
+PREFETCH_BYTES = tl.constexpr(1024)
 
 
 # Launches over more rows than this run without PDL: it saves a kernel's launch and ramp,
@@ -106,14 +106,12 @@ def prefetch_l2(ptr, PDL: tl.constexpr):
 
 
 @triton.jit
-def prefetch_slab(
-    w_ptr, offs_n, N, stride_wn, k_first, k_end, PDL: tl.constexpr, BYTES: tl.constexpr
-):
-    """Prefetch the first BYTES bytes (LINE times a power of two) of columns
+def prefetch_slab(w_ptr, offs_n, N, stride_wn, k_first, k_end, PDL: tl.constexpr):
+    """Prefetch the first PREFETCH_BYTES bytes (LINE times a power of two) of columns
     k_first..k_end of weight rows offs_n (rows from N on read row N - 1 again)."""
     if PDL:
         per_line: tl.constexpr = LINE // (w_ptr.dtype.element_ty.primitive_bitwidth // 8)
-        offs_k = k_first + tl.arange(0, BYTES // LINE) * per_line
+        offs_k = k_first + tl.arange(0, PREFETCH_BYTES // LINE) * per_line
         rows = w_ptr + tl.minimum(offs_n, N - 1)[:, None].to(tl.int64) * stride_wn
         ptrs = rows + tl.minimum(offs_k, k_end - 1)[None, :]
         prefetch_l2(ptrs, PDL)

@@ -45,7 +45,7 @@ def _fp8_gemv_kernel(
     x_ptr, w_ptr, scale_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
     stride_scale, HAS_BIAS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, SCALE_ROWS: tl.constexpr,
-    SCALE_COLS: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
+    SCALE_COLS: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """SCALE_COLS 0: one scale per output row, applied to the sums. Else one per
     SCALE_ROWS x SCALE_COLS block of the weight: a program's rows lie in one block row
@@ -65,7 +65,7 @@ def _fp8_gemv_kernel(
         w_scale = tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0)
     if HAS_BIAS:
         bias = tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
-    pdl.prefetch_slab(w_ptr, offs_n, N, stride_wn, 0, K, PDL, PREFETCH)
+    pdl.prefetch_slab(w_ptr, offs_n, N, stride_wn, 0, K, PDL)
     pdl.wait_for_inputs(PDL)
     acc = tl.zeros([ROWS, BLOCK_N, BLOCK_K], dtype=tl.float32)
     for k_start in range(0, K, BLOCK_K):
@@ -103,13 +103,10 @@ def fp8_gemv(
     num_warps: int = 4,
     num_stages: int = 3,
     block: tuple[int, int] | None = None,
-    prefetch: int = pdl.PREFETCH_BYTES,
 ) -> torch.Tensor:
     """x [rows <= MAX_ROWS, in] @ (weight [out, in] e4m3 * weight_scale [out]).T (+ bias),
     in x's dtype; F.linear's semantics over the dequantised weight. With `block` (rows,
-    columns) weight_scale holds one scale per block of the weight instead. `prefetch`:
-    bytes of each weight row a program asks L2 for while the kernel before finishes
-    (kernels/pdl.py)."""
+    columns) weight_scale holds one scale per block of the weight instead."""
     rows, fan_in = x.shape
     fan_out = weight.shape[0]
     if not 1 <= rows <= MAX_ROWS:
@@ -127,7 +124,7 @@ def fp8_gemv(
         rows, fan_out, fan_in, x.stride(0), weight.stride(0), out.stride(0),
         weight_scale.stride(0), HAS_BIAS=bias is not None, ROWS=triton.next_power_of_2(rows),
         BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=fan_in % block_k == 0,
-        SCALE_ROWS=scale_rows, SCALE_COLS=scale_cols, PREFETCH=prefetch, num_warps=num_warps,
-        num_stages=num_stages, **pdl.launch_options(x.device, rows),
+        SCALE_ROWS=scale_rows, SCALE_COLS=scale_cols, num_warps=num_warps, num_stages=num_stages,
+        **pdl.launch_options(x.device, rows),
     )  # fmt: skip
     return out

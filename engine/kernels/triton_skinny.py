@@ -80,14 +80,13 @@ def _skinny_matmul_kernel(
     BLOCK_K: tl.constexpr,
     IEEE_FP32: tl.constexpr,
     PDL: tl.constexpr,
-    PREFETCH: tl.constexpr,
 ):
     pdl.release_dependents(PDL)
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, 16)
     n_mask = offs_n < N
     m_mask = offs_m < M
-    pdl.prefetch_slab(w_ptr, offs_n, N, stride_wn, 0, K, PDL, PREFETCH)
+    pdl.prefetch_slab(w_ptr, offs_n, N, stride_wn, 0, K, PDL)
     pdl.wait_for_inputs(PDL)
     acc = rows_times_slab(
         x_ptr, w_ptr, offs_m, m_mask, offs_n, n_mask, 0, K, K, stride_xm, stride_wn,
@@ -138,7 +137,6 @@ def skinny_linear(
         BLOCK_N=block_n,
         BLOCK_K=block_k,
         IEEE_FP32=x.dtype == torch.float32,
-        PREFETCH=pdl.PREFETCH_BYTES,
         num_warps=num_warps,
         num_stages=num_stages,
         **pdl.launch_options(x.device, rows),
@@ -227,7 +225,6 @@ def _fp8_skinny_matmul_kernel(
     x_ptr, w_ptr, scale_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
     HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     FP16_PRODUCTS: tl.constexpr, WIDEN_IN_REGISTERS: tl.constexpr, PDL: tl.constexpr,
-    PREFETCH: tl.constexpr,
 ):  # fmt: skip
     pdl.release_dependents(PDL)
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -236,7 +233,7 @@ def _fp8_skinny_matmul_kernel(
     m_mask = offs_m < M
     # the weight's scales and its slab's first lines while the kernel before finishes
     w_scale = tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0)
-    pdl.prefetch_slab(w_ptr, offs_n, N, stride_wn, 0, K, PDL, PREFETCH)
+    pdl.prefetch_slab(w_ptr, offs_n, N, stride_wn, 0, K, PDL)
     pdl.wait_for_inputs(PDL)
     acc = tl.zeros([16, BLOCK_N], dtype=tl.float32)
     for k_start in range(0, K, BLOCK_K):
@@ -307,7 +304,7 @@ def fp8_skinny_linear(
         FP16_PRODUCTS=fp16_products or x.dtype == torch.float16,
         # the paired conversion instruction: CUDA sm_89+ (not the interpreter)
         WIDEN_IN_REGISTERS=widen_in_registers and fp16_products and x.device.type == "cuda",
-        PREFETCH=pdl.PREFETCH_BYTES, num_warps=num_warps, num_stages=num_stages,
+        num_warps=num_warps, num_stages=num_stages,
         **pdl.launch_options(x.device, rows),
     )  # fmt: skip
     return out

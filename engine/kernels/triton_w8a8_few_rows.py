@@ -55,7 +55,7 @@ def _w8a8_few_rows_kernel(
     arrived_ptr,  # [cdiv(N, BLOCK_N)] int32, zero between launches (SPLIT_K > 1)
     M, N, K, stride_xm, stride_wn, stride_om,
     HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TALL: tl.constexpr,
-    SPLIT_K: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
+    SPLIT_K: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     pdl.release_dependents(PDL)
     tile = tl.program_id(0)
@@ -74,7 +74,7 @@ def _w8a8_few_rows_kernel(
     bias = None
     if HAS_BIAS:
         bias = tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
-    pdl.prefetch_slab(w_ptr, offs_n, N, stride_wn, k_first, k_end, PDL, PREFETCH)
+    pdl.prefetch_slab(w_ptr, offs_n, N, stride_wn, k_first, k_end, PDL)
     pdl.wait_for_inputs(PDL)
     x_scale = tl.load(x_scale_ptr + offs_m, mask=m_mask, other=0.0)
     x_rows = x_ptr + offs_m[:, None] * stride_xm
@@ -148,12 +148,10 @@ def w8a8_few_rows(
     num_stages: int = 4,
     tall: bool = False,
     split_k: int = 1,
-    prefetch: int = pdl.PREFETCH_BYTES,
 ) -> torch.Tensor:
     """(values [rows <= 16, in] e4m3 x scale [rows, 1]) @ (weight [out, in] e4m3 x
     weight_scale [out]).T (+ bias), in out_dtype; `split_k` programs share each output
-    tile's K (more programs for a narrow output). `prefetch`: bytes of each weight row a
-    program asks L2 for while the kernel before finishes (kernels/pdl.py)."""
+    tile's K (more programs for a narrow output)."""
     rows, fan_in = values.shape
     fan_out = weight.shape[0]
     if rows > MAX_ROWS:
@@ -183,7 +181,7 @@ def w8a8_few_rows(
         values, scale, weight, weight_scale, bias if bias is not None else weight_scale, out,
         *workspace, rows, fan_out, fan_in, values.stride(0), weight.stride(0), out.stride(0),
         HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k, TALL=tall,
-        SPLIT_K=split_k, PREFETCH=prefetch, num_warps=num_warps, num_stages=num_stages,
+        SPLIT_K=split_k, num_warps=num_warps, num_stages=num_stages,
         **pdl.launch_options(values.device, rows),
     )  # fmt: skip
     return out
