@@ -171,7 +171,7 @@ class Sampler:
         return logits
 
     def _sample(self, logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
-        greedy_ids = logits.argmax(dim=-1)
+        greedy_ids = greedy(logits)
         if batch.all_greedy:
             return greedy_ids
         temperature = torch.where(batch.greedy, 1.0, batch.temperature)
@@ -188,6 +188,17 @@ class Sampler:
             noise[row].exponential_(generator=generator)
         random_ids = (probs / noise).argmax(dim=-1)
         return torch.where(batch.greedy, greedy_ids, random_ids)
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    """Each row's most likely token: `logits.argmax(-1)`, through the few-rows Triton
+    argmax on a GPU at a decode step's few rows (torch's takes one block a row there)."""
+    if logits.is_cuda and logits.shape[0] > 0:
+        from pagoda.engine.kernels import triton_argmax  # CUDA only
+
+        if logits.shape[0] <= triton_argmax.MAX_ROWS:
+            return triton_argmax.argmax_rows(logits)
+    return logits.argmax(dim=-1)
 
 
 def apply_penalties(logits: torch.Tensor, penalties: Penalties) -> torch.Tensor:
