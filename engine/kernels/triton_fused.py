@@ -281,6 +281,9 @@ def _rope_and_store_kernel(
     offs_d = tl.arange(0, HALF_PADDED)
     d_mask = offs_d < half
     position = tl.load(positions_ptr + token)
+    # issued beside the position's load (the key and value programs' store needs it), not
+    # after the rotation: one round trip to memory less before the kernel can end
+    slot = tl.load(slot_mapping_ptr + token)
     cos = tl.load(cos_ptr + position * stride_cos + offs_d, mask=d_mask, other=0.0)
     sin = tl.load(sin_ptr + position * stride_cos + offs_d, mask=d_mask, other=0.0)
     row = qkv_ptr + token * stride_qkv
@@ -297,6 +300,11 @@ def _rope_and_store_kernel(
     ptrs = base + offs_h[:, None] * HEAD_DIM + offs_d[None, :]
     x1 = tl.load(ptrs, mask=mask, other=0.0)
     x2 = tl.load(ptrs + half, mask=mask, other=0.0)
+    # V (key and value programs) loaded with q/k, before the rotation waits for them
+    v_mask = mask & (is_kv != 0)
+    v_base = row + (NUM_HEADS + NUM_KV_HEADS) * HEAD_DIM + offs_h[:, None] * HEAD_DIM
+    v1 = tl.load(v_base + offs_d[None, :], mask=v_mask, other=0.0)
+    v2 = tl.load(v_base + half + offs_d[None, :], mask=v_mask, other=0.0)
     dtype = x1.dtype
     if QK_NORM:  # Qwen3: RMSNorm over each head before the rotation
         a, b = x1.to(tl.float32), x2.to(tl.float32)
@@ -313,15 +321,11 @@ def _rope_and_store_kernel(
         tl.store(out + offs_d[None, :], rot1, mask=mask)
         tl.store(out + half + offs_d[None, :], rot2, mask=mask)
     else:
-        slot = tl.load(slot_mapping_ptr + token)
         cache = slot * stride_cache_slot + offs_h[:, None] * stride_cache_head + offs_d[None, :]
         k1 = _as_cached(rot1, k_inv_scale, k_cache_ptr, CACHE_MAX)
         k2 = _as_cached(rot2, k_inv_scale, k_cache_ptr, CACHE_MAX)
         tl.store(k_cache_ptr + cache, k1, mask=mask)
         tl.store(k_cache_ptr + cache + half, k2, mask=mask)
-        v_base = row + (NUM_HEADS + NUM_KV_HEADS) * HEAD_DIM + offs_h[:, None] * HEAD_DIM
-        v1 = tl.load(v_base + offs_d[None, :], mask=mask, other=0.0)
-        v2 = tl.load(v_base + half + offs_d[None, :], mask=mask, other=0.0)
         v1 = _as_cached(v1, v_inv_scale, v_cache_ptr, CACHE_MAX)
         v2 = _as_cached(v2, v_inv_scale, v_cache_ptr, CACHE_MAX)
         page = (slot // BLOCK_SIZE) * stride_v_block + slot % BLOCK_SIZE
