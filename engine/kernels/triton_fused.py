@@ -25,6 +25,9 @@ from pagoda.engine.kernels.triton_fp8 import MIN_SCALE, quantize_row, row_scale,
 from pagoda.engine.quantization import FP8_MAX
 
 FP8 = torch.float8_e4m3fn
+# Tokens a program of rope_and_store stores V of past a decode step's few rows: a
+# prefill's tokens fill pages in order, and 16 of them make whole runs of a page's row
+V_TOKENS = 16
 
 
 @triton.jit
@@ -251,6 +254,7 @@ def _rope_and_store_kernel(
     k_cache_ptr,
     v_cache_ptr,
     slot_mapping_ptr,
+    num_tokens,
     eps,
     k_inv_scale,  # a float8 cache holds K * k_inv_scale (1 / the checkpoint's k_scale)
     v_inv_scale,
@@ -266,23 +270,55 @@ def _rope_and_store_kernel(
     NUM_KV_HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     HEADS_PADDED: tl.constexpr,
+    KV_HEADS_PADDED: tl.constexpr,
     HALF_PADDED: tl.constexpr,
+    DIM_PADDED: tl.constexpr,
     QK_NORM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
+    V_TOKENS: tl.constexpr,  # tokens a program of part 2 stores V of
     CACHE_MAX: tl.constexpr,  # the cache dtype's largest value: stores saturate
     PDL: tl.constexpr,
 ):
+    """Program (i, part): part 0 rotates token i's query heads, part 1 its key heads and
+    stores them; part 2 stores V for tokens i * V_TOKENS.. (the programs past the last
+    token store nothing)."""
     pdl.release_dependents(PDL)
     pdl.wait_for_inputs(PDL)
+    part = tl.program_id(1)
+    if part == 2:
+        _store_value_pages(
+            qkv_ptr, slot_mapping_ptr, v_cache_ptr, num_tokens, v_inv_scale, stride_qkv,
+            stride_v_block, stride_v_head, NUM_HEADS, NUM_KV_HEADS, HEAD_DIM,
+            KV_HEADS_PADDED, DIM_PADDED, BLOCK_SIZE, V_TOKENS, CACHE_MAX,
+        )  # fmt: skip
+    else:
+        _rotate_and_store(
+            qkv_ptr, positions_ptr, cos_ptr, sin_ptr, q_norm_ptr, k_norm_ptr, q_out_ptr,
+            k_cache_ptr, slot_mapping_ptr, part, eps, k_inv_scale, stride_qkv, stride_cos,
+            stride_qo_token, stride_qo_head, stride_cache_slot, stride_cache_head,
+            NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, HEADS_PADDED, HALF_PADDED, QK_NORM, CACHE_MAX,
+        )  # fmt: skip
+
+
+@triton.jit
+def _rotate_and_store(
+    qkv_ptr, positions_ptr, cos_ptr, sin_ptr, q_norm_ptr, k_norm_ptr, q_out_ptr,
+    k_cache_ptr, slot_mapping_ptr, is_kv, eps, k_inv_scale, stride_qkv, stride_cos,
+    stride_qo_token, stride_qo_head, stride_cache_slot, stride_cache_head,
+    NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+    HEADS_PADDED: tl.constexpr, HALF_PADDED: tl.constexpr, QK_NORM: tl.constexpr,
+    CACHE_MAX: tl.constexpr,
+):  # fmt: skip
+    """Token program_id(0)'s query heads (is_kv 0) rotated into q_out, or its key heads
+    (is_kv 1) rotated into the cache."""
     token = tl.program_id(0).to(tl.int64)
-    is_kv = tl.program_id(1)  # 0: query heads, 1: key and value heads
     half: tl.constexpr = HEAD_DIM // 2
     offs_h = tl.arange(0, HEADS_PADDED)
     offs_d = tl.arange(0, HALF_PADDED)
     d_mask = offs_d < half
     position = tl.load(positions_ptr + token)
-    # issued beside the position's load (the key and value programs' store needs it), not
-    # after the rotation: one round trip to memory less before the kernel can end
+    # issued beside the position's load (the key programs' store needs it), not after
+    # the rotation: one round trip to memory less before the kernel can end
     slot = tl.load(slot_mapping_ptr + token)
     cos = tl.load(cos_ptr + position * stride_cos + offs_d, mask=d_mask, other=0.0)
     sin = tl.load(sin_ptr + position * stride_cos + offs_d, mask=d_mask, other=0.0)
@@ -300,11 +336,6 @@ def _rope_and_store_kernel(
     ptrs = base + offs_h[:, None] * HEAD_DIM + offs_d[None, :]
     x1 = tl.load(ptrs, mask=mask, other=0.0)
     x2 = tl.load(ptrs + half, mask=mask, other=0.0)
-    # V (key and value programs) loaded with q/k, before the rotation waits for them
-    v_mask = mask & (is_kv != 0)
-    v_base = row + (NUM_HEADS + NUM_KV_HEADS) * HEAD_DIM + offs_h[:, None] * HEAD_DIM
-    v1 = tl.load(v_base + offs_d[None, :], mask=v_mask, other=0.0)
-    v2 = tl.load(v_base + half + offs_d[None, :], mask=v_mask, other=0.0)
     dtype = x1.dtype
     if QK_NORM:  # Qwen3: RMSNorm over each head before the rotation
         a, b = x1.to(tl.float32), x2.to(tl.float32)
@@ -326,12 +357,38 @@ def _rope_and_store_kernel(
         k2 = _as_cached(rot2, k_inv_scale, k_cache_ptr, CACHE_MAX)
         tl.store(k_cache_ptr + cache, k1, mask=mask)
         tl.store(k_cache_ptr + cache + half, k2, mask=mask)
-        v1 = _as_cached(v1, v_inv_scale, v_cache_ptr, CACHE_MAX)
-        v2 = _as_cached(v2, v_inv_scale, v_cache_ptr, CACHE_MAX)
-        page = (slot // BLOCK_SIZE) * stride_v_block + slot % BLOCK_SIZE
-        v_cache = page + offs_h[:, None] * stride_v_head + offs_d[None, :] * BLOCK_SIZE
-        tl.store(v_cache_ptr + v_cache, v1, mask=mask)
-        tl.store(v_cache_ptr + v_cache + half * BLOCK_SIZE, v2, mask=mask)
+
+
+@triton.jit
+def _store_value_pages(
+    qkv_ptr, slot_mapping_ptr, v_cache_ptr, num_tokens, v_inv_scale, stride_qkv,
+    stride_v_block, stride_v_head, NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr, KV_HEADS_PADDED: tl.constexpr, DIM_PADDED: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, V_TOKENS: tl.constexpr, CACHE_MAX: tl.constexpr,
+):  # fmt: skip
+    """V of tokens program_id(0) * V_TOKENS.. into its pages, [kv_heads, dim, slot] a
+    block. The tile is [tokens, kv_heads, dim]: read along dim, and stored with the
+    tokens as its first axis, which Triton lays fastest across threads where the
+    addresses say nothing (they come from the slot mapping): a prefill's consecutive
+    tokens fill a page's consecutive slots, so a warp writes whole runs of a page's row
+    instead of one element every BLOCK_SIZE."""
+    offs_t = tl.program_id(0) * V_TOKENS + tl.arange(0, V_TOKENS)
+    t_mask = offs_t < num_tokens
+    slot = tl.load(slot_mapping_ptr + offs_t, mask=t_mask, other=0)
+    offs_h = tl.arange(0, KV_HEADS_PADDED)
+    offs_d = tl.arange(0, DIM_PADDED)
+    mask = (
+        t_mask[:, None, None]
+        & (offs_h < NUM_KV_HEADS)[None, :, None]
+        & (offs_d < HEAD_DIM)[None, None, :]
+    )
+    columns = (NUM_HEADS + NUM_KV_HEADS) * HEAD_DIM + offs_h[:, None] * HEAD_DIM + offs_d[None, :]
+    rows = qkv_ptr + offs_t.to(tl.int64) * stride_qkv
+    v = tl.load(rows[:, None, None] + columns[None, :, :], mask=mask, other=0.0)
+    v = _as_cached(v, v_inv_scale, v_cache_ptr, CACHE_MAX)
+    page = (slot // BLOCK_SIZE).to(tl.int64) * stride_v_block + slot % BLOCK_SIZE
+    within = offs_h[:, None] * stride_v_head + offs_d[None, :] * BLOCK_SIZE
+    tl.store(v_cache_ptr + page[:, None, None] + within[None, :, :], v, mask=mask)
 
 
 @triton.jit
@@ -362,7 +419,8 @@ def rope_and_store(
     tokens = qkv.shape[0]
     q = torch.empty((tokens, num_heads, head_dim), dtype=qkv.dtype, device=qkv.device)
     key_cache, value_cache = kv_cache[0], reference.value_pages(kv_cache)
-    _rope_and_store_kernel[(tokens, 2)](
+    v_tokens = 1 if tokens <= pdl.MAX_ROWS else V_TOKENS  # a decode step's rows lie apart
+    _rope_and_store_kernel[(tokens, 3)](
         qkv,
         positions,
         cos,
@@ -373,6 +431,7 @@ def rope_and_store(
         key_cache,
         value_cache,
         slot_mapping,
+        tokens,
         eps,
         1.0 / kv_scales[0],
         1.0 / kv_scales[1],
@@ -388,9 +447,12 @@ def rope_and_store(
         NUM_KV_HEADS=num_kv_heads,
         HEAD_DIM=head_dim,
         HEADS_PADDED=triton.next_power_of_2(num_heads),
+        KV_HEADS_PADDED=triton.next_power_of_2(num_kv_heads),
         HALF_PADDED=triton.next_power_of_2(head_dim // 2),
+        DIM_PADDED=triton.next_power_of_2(head_dim),
         QK_NORM=q_norm is not None,
         BLOCK_SIZE=kv_cache.shape[2],
+        V_TOKENS=v_tokens,
         CACHE_MAX=torch.finfo(kv_cache.dtype).max,
         **pdl.launch_options(qkv.device, tokens),
     )

@@ -135,6 +135,36 @@ def test_rope_and_store_matches_rotary_plus_store(fused, qk_norm):
     assert torch.isnan(slot_rows(cache)[:, untouched]).all()
 
 
+@pytest.mark.parametrize("kv_heads", [2, 3])
+def test_rope_and_store_of_a_prefill_fills_its_pages_like_the_reference(fused, kv_heads):
+    """Past a decode step's few rows, V is stored 16 tokens a program: here two prompts
+    (the second starting mid-page, as after a chunk), a partial last group of tokens, a
+    padded count of key/value heads (3), and slots left untouched between them."""
+    heads, dim, block_size = 6, 32, 8
+    first, second = list(range(3, 3 + 21)), list(range(44, 44 + 18))  # 39 tokens
+    slots = torch.tensor(first + second, device=DEVICE)
+    tokens = len(slots)
+    positions = torch.tensor(list(range(21)) + list(range(5, 23)), device=DEVICE)
+    rotary = RotaryEmbedding(dim, 64, 10000.0, None).to(DEVICE)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, device=DEVICE)
+    q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
+    expected_q, expected_k = rotary(
+        positions, q.reshape(tokens, heads, dim), k.reshape(tokens, kv_heads, dim)
+    )
+    expected = poisoned(2, 9, block_size, kv_heads, dim)
+    reference.store_kv(expected_k, v.reshape(tokens, kv_heads, dim), expected, slots)
+    cache = poisoned(2, 9, block_size, kv_heads, dim)
+    got_q = fused.rope_and_store(
+        qkv, positions, rotary.cos, rotary.sin, cache, slots, heads, kv_heads, dim
+    )
+    torch.testing.assert_close(got_q, expected_q, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(slot_rows(cache), slot_rows(expected), atol=1e-5, rtol=1e-5,
+                               equal_nan=True)  # fmt: skip
+    untouched = torch.ones(9 * block_size, dtype=torch.bool, device=DEVICE)
+    untouched[slots] = False
+    assert torch.isnan(slot_rows(cache)[:, untouched]).all()
+
+
 def test_rope_and_store_keeps_the_cache_finite_like_the_reference(fused):
     """NaN stored as 0 and inf saturated, as reference.store_kv does: the attention kernels
     read V a page at a time, and a stale NaN would poison the next sequence's sum."""
@@ -218,3 +248,25 @@ def test_fused_kernels_at_llama_8b_sizes_in_bf16(fused):
     expected = F.silu(gate) * up
     got = fused.silu_and_mul(gate_up)
     assert (got.float() - expected.float()).norm() / expected.float().norm() < 1e-2
+    # a prefill's rotary and cache store: 300 tokens over shuffled pages, fp8 and bf16
+    tokens, heads, kv_heads, dim = 300, 32, 8, 128
+    rotary = RotaryEmbedding(dim, 4096, 500000.0, None).to("cuda")
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, device="cuda", dtype=torch.bfloat16)
+    positions = torch.arange(tokens, device="cuda") + 7
+    pages = torch.randperm(64, device="cuda")[:19]
+    slots = (pages[:, None] * 16 + torch.arange(16, device="cuda")).flatten()[7 : 7 + tokens]
+    q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
+    expected_q, expected_k = rotary(
+        positions, q.reshape(tokens, heads, dim), k.reshape(tokens, kv_heads, dim)
+    )
+    for dtype in (torch.bfloat16, torch.float8_e4m3fn):
+        expected = torch.zeros(2, 64, 16, kv_heads, dim, device="cuda", dtype=dtype)
+        reference.store_kv(expected_k, v.reshape(tokens, kv_heads, dim), expected, slots)
+        cache = torch.zeros_like(expected)
+        got_q = fused.rope_and_store(
+            qkv, positions, rotary.cos, rotary.sin, cache, slots, heads, kv_heads, dim
+        )
+        assert (got_q.float() - expected_q.float()).norm() / expected_q.float().norm() < 1e-2
+        assert torch.equal(reference.value_pages(cache), reference.value_pages(expected))
+        got_k, want_k = cache[0].float(), expected[0].float()
+        assert (got_k - want_k).norm() / want_k.norm() < 2e-2  # rotated in fp32 against bf16
