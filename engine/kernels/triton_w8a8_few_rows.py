@@ -15,6 +15,13 @@ the batch it shares in another way than they already do.
 
 `TALL` multiplies the transposed way round (out^T = W x^T: the weight as the MMA's tall
 operand, BLOCK_N by 16), for the launch sweep (bench/fp8_few_rows_products.py).
+
+`GATED` (an MLP's fused gate/up projection, [gate; up] rows): each program takes half
+its slab from the gate's rows and half from the matching up rows, and writes
+silu(gate) * up instead of both, rounded as the SiLU·mul kernel rounds the product's
+16-bit output (kernels/triton_fused.py), so the result is that pair's, without the
+kernel between them or the gate/up output's round trip. At one row, where the down
+projection takes 16-bit input (the GEMV), a decode step's MLP is then two kernels.
 """
 
 from __future__ import annotations
@@ -44,6 +51,28 @@ def _store_output(acc, x_scale, w_scale, bias, out_ptr, offs_m, offs_n, m_mask, 
 
 
 @triton.jit
+def _store_silu_and_mul(
+    acc, x_scale, w_scale, bias, out_ptr, offs_m, offs_c, m_mask, c_mask, stride_om,
+    HALF: tl.constexpr,
+):  # fmt: skip
+    """GATED: the sums [16, 2 * HALF] (gate columns, then the matching up columns) scaled
+    and rounded to the output's dtype as the product's output, then silu(gate) * up at
+    columns offs_c, as kernels/triton_fused.py's _silu_times_up computes it."""
+    acc = acc * x_scale[:, None] * w_scale[None, :]
+    if bias is not None:
+        acc += bias[None, :]
+    rounded = acc.to(out_ptr.dtype.element_ty)
+    gate, up = tl.split(tl.permute(tl.reshape(rounded, (16, 2, HALF)), (0, 2, 1)))
+    g32 = gate.to(tl.float32)
+    value = g32 / (1.0 + tl.exp(-g32)) * up.to(tl.float32)
+    tl.store(
+        out_ptr + offs_m[:, None] * stride_om + offs_c[None, :],
+        value.to(out_ptr.dtype.element_ty),
+        mask=m_mask[:, None] & c_mask[None, :],
+    )
+
+
+@triton.jit
 def _w8a8_few_rows_kernel(
     x_ptr,  # [M, K] e4m3
     x_scale_ptr,  # [M] float32 (a [M, 1] column)
@@ -55,14 +84,22 @@ def _w8a8_few_rows_kernel(
     arrived_ptr,  # [cdiv(N, BLOCK_N)] int32, zero between launches (SPLIT_K > 1)
     M, N, K, stride_xm, stride_wn, stride_om,
     HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TALL: tl.constexpr,
-    SPLIT_K: tl.constexpr, PDL: tl.constexpr,
+    SPLIT_K: tl.constexpr, GATED: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     pdl.release_dependents(PDL)
     tile = tl.program_id(0)
     split = tl.program_id(1)
-    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, 16)
-    n_mask = offs_n < N
+    if GATED:  # weight rows: HALF of the gate's, then the same HALF of the up's
+        HALF: tl.constexpr = BLOCK_N // 2
+        local = tl.arange(0, BLOCK_N)
+        offs_c = tile * HALF + local % HALF  # the output column each row feeds
+        c_mask = offs_c < N // 2
+        offs_n = offs_c + tl.where(local < HALF, 0, N // 2)
+        n_mask = c_mask
+    else:
+        offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_mask = offs_n < N
     m_mask = offs_m < M
     # this split's share of K, in whole BLOCK_K steps
     k_share = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
@@ -94,7 +131,13 @@ def _w8a8_few_rows_kernel(
             acc += tl.dot(x, tl.trans(w))
     if TALL:
         acc = tl.trans(acc_t)
-    if SPLIT_K == 1:
+    if GATED:  # (never split: the wrapper refuses it)
+        out_c = tile * HALF + tl.arange(0, HALF)
+        _store_silu_and_mul(
+            acc, x_scale, w_scale, bias, out_ptr, offs_m, out_c, m_mask, out_c < N // 2,
+            stride_om, HALF,
+        )  # fmt: skip
+    elif SPLIT_K == 1:
         _store_output(
             acc, x_scale, w_scale, bias, out_ptr, offs_m, offs_n, m_mask, n_mask, stride_om
         )
@@ -148,12 +191,19 @@ def w8a8_few_rows(
     num_stages: int = 4,
     tall: bool = False,
     split_k: int = 1,
+    silu_and_mul: bool = False,
 ) -> torch.Tensor:
     """(values [rows <= 16, in] e4m3 x scale [rows, 1]) @ (weight [out, in] e4m3 x
     weight_scale [out]).T (+ bias), in out_dtype; `split_k` programs share each output
-    tile's K (more programs for a narrow output)."""
+    tile's K (more programs for a narrow output). `silu_and_mul`: the weight's rows are
+    a gate's then an up's, and the result is silu(gate) * up, [rows, out / 2]."""
     rows, fan_in = values.shape
     fan_out = weight.shape[0]
+    if silu_and_mul and (fan_out % 2 or block_n % 2 or split_k != 1):
+        raise ValueError(
+            f"silu_and_mul needs an even number of output rows ({fan_out}) and of block_n "
+            f"({block_n}), unsplit (split_k {split_k})"
+        )
     if rows > MAX_ROWS:
         raise ValueError(f"w8a8_few_rows serves at most {MAX_ROWS} rows, got {rows}")
     if block_k < MIN_BLOCK_K:
@@ -167,7 +217,8 @@ def w8a8_few_rows(
             f"scales {tuple(scale.shape)} / {tuple(weight_scale.shape)} do not fit "
             f"{rows} rows and {fan_out} output channels"
         )
-    out = torch.empty(rows, fan_out, dtype=out_dtype, device=values.device)
+    out_cols = fan_out // 2 if silu_and_mul else fan_out
+    out = torch.empty(rows, out_cols, dtype=out_dtype, device=values.device)
     if rows == 0:
         return out
     workspace = None
@@ -176,12 +227,12 @@ def w8a8_few_rows(
     if workspace is None:
         split_k = 1
         workspace = (out, out)  # unused
-    grid = (triton.cdiv(fan_out, block_n), split_k)
+    grid = (triton.cdiv(fan_out, block_n), split_k)  # GATED: block_n / 2 columns a program
     _w8a8_few_rows_kernel[grid](
         values, scale, weight, weight_scale, bias if bias is not None else weight_scale, out,
         *workspace, rows, fan_out, fan_in, values.stride(0), weight.stride(0), out.stride(0),
         HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k, TALL=tall,
-        SPLIT_K=split_k, num_warps=num_warps, num_stages=num_stages,
+        SPLIT_K=split_k, GATED=silu_and_mul, num_warps=num_warps, num_stages=num_stages,
         **pdl.launch_options(values.device, rows),
     )  # fmt: skip
     return out

@@ -286,6 +286,22 @@ class MergedLinear(_Projection):
     def forward(self, x: torch.Tensor | Fp8Rows) -> torch.Tensor:
         return _linear(self, x, self.bias)
 
+    def silu_and_mul(self, x: torch.Tensor | Fp8Rows) -> torch.Tensor | None:
+        """silu(gate) * up of a [gate, up] pair from the product's own kernel, where the W8A8
+        few-rows product serves x (rows already e4m3: decode at small batch); None where
+        the product and the activation run apart."""
+        if not isinstance(x, Fp8Rows) or self.lora is not None or len(self.local_sizes) != 2:
+            return None
+        launch = _w8a8_few_rows_launch(self, x.values.shape[0])
+        if launch is None or self.local_sizes[0] != self.local_sizes[1]:
+            return None
+        from pagoda.engine.kernels.triton_w8a8_few_rows import w8a8_few_rows  # CUDA only
+
+        return w8a8_few_rows(
+            x.values, x.scale, self.weight, self.weight_scale, self.bias, x.dtype,
+            **launch, silu_and_mul=True,
+        )  # fmt: skip
+
     def shard_rows(self, shard: int) -> slice:
         """This rank's rows of projection `shard` within the fused weight."""
         start = sum(self.local_sizes[:shard])

@@ -100,12 +100,17 @@ class LlamaMLP(nn.Module):
         self.fused = plan.fused  # one Triton kernel for SiLU(gate) * up
 
     def forward(self, x: torch.Tensor | Fp8Rows) -> torch.Tensor:
-        gate_up = self.gate_up_proj(x)
         if self.fused:
             from pagoda.engine.kernels.triton_fused import silu_and_mul
 
-            quantize = self.down_proj.takes_fp8_rows(gate_up.shape[0])
-            return self.down_proj(silu_and_mul(gate_up, quantize))
+            rows = x.values.shape[0] if isinstance(x, Fp8Rows) else x.shape[0]
+            quantize = self.down_proj.takes_fp8_rows(rows)
+            if not quantize:  # down takes 16-bit rows: the activation may come with gate/up
+                activated = self.gate_up_proj.silu_and_mul(x)
+                if activated is not None:
+                    return self.down_proj(activated)
+            return self.down_proj(silu_and_mul(self.gate_up_proj(x), quantize))
+        gate_up = self.gate_up_proj(x)
         gate, up = self.gate_up_proj.split(gate_up)
         return self.down_proj(F.silu(gate) * up)
 

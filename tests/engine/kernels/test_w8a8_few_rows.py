@@ -99,6 +99,40 @@ def test_refuses_scales_of_another_shape(w8a8_few_rows):
         w8a8_few_rows.w8a8_few_rows(values, scale, w_values[:, :32], w_scale, None, torch.float32)
 
 
+@pytest.mark.parametrize("rows", [1, 16])
+@pytest.mark.parametrize("tall", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+def test_silu_and_mul_is_the_product_then_the_activation_kernel(w8a8_few_rows, rows, tall, bias):
+    """[gate; up] rows (40 columns each: a partial last tile) multiplied and activated in
+    one kernel: bit for bit the product's 16-bit output through the SiLU·mul kernel."""
+    from pagoda.engine.kernels import triton_fused
+
+    values, scale, w_values, w_scale, _ = operands(rows, 96, 80)
+    b = torch.randn(80, device=DEVICE) if bias else None
+    launch = {"block_n": 16, "block_k": 32, "num_stages": 1, "tall": tall}
+    product = w8a8_few_rows.w8a8_few_rows(
+        values, scale, w_values, w_scale, b, torch.bfloat16, **launch
+    )
+    fused = w8a8_few_rows.w8a8_few_rows(
+        values, scale, w_values, w_scale, b, torch.bfloat16, silu_and_mul=True, **launch
+    )
+    assert fused.shape == (rows, 40) and fused.dtype == torch.bfloat16
+    assert torch.equal(fused, triton_fused.silu_and_mul(product))
+
+
+def test_silu_and_mul_refuses_odd_halves_and_splits(w8a8_few_rows):
+    values, scale, w_values, w_scale, _ = operands(1, 64, 40)
+    with pytest.raises(ValueError, match="split_k 2"):
+        w8a8_few_rows.w8a8_few_rows(
+            values, scale, w_values, w_scale, None, torch.bfloat16, split_k=2, silu_and_mul=True
+        )
+    values, scale, w_values, w_scale, _ = operands(1, 64, 41)
+    with pytest.raises(ValueError, match="even number of output rows"):
+        w8a8_few_rows.w8a8_few_rows(
+            values, scale, w_values, w_scale, None, torch.bfloat16, silu_and_mul=True
+        )
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
 @pytest.mark.parametrize(
@@ -121,6 +155,13 @@ def test_at_llama_shapes_with_the_runners_settings(
     tolerance = 1e-2 if dtype == torch.bfloat16 else 1e-3
     assert out.dtype == dtype
     assert relative_error(out, reference + bias.double()) < tolerance
+    if projection == "gate_up_proj":  # one row's MLP: the product and SiLU·mul in one kernel
+        from pagoda.engine.kernels import triton_fused
+
+        fused = w8a8_few_rows.w8a8_few_rows(
+            values, scale, w_values, w_scale, bias, dtype, silu_and_mul=True, **setting
+        )
+        assert torch.equal(fused, triton_fused.silu_and_mul(out))
 
 
 @pytest.mark.gpu
