@@ -43,11 +43,14 @@ def make_request(index: int, rng: random.Random, prompt_len: int, max_tokens: in
 
 
 def fake_sample(scheduled, scheduler: Scheduler, rng: random.Random) -> ModelRunnerOutput:
-    """What the runner would return: one token for each sequence that caught up."""
+    """What the runner would return: one token for each sequence that caught up (the
+    scheduler has counted the step's tokens as computed and given each of them a
+    placeholder for the token it samples)."""
     out = ModelRunnerOutput()
-    for request_id, count in scheduled.num_scheduled_tokens.items():
+    for request_id in scheduled.num_scheduled_tokens:
         request = scheduler.requests[request_id]
-        if request.num_computed_tokens + count == request.num_tokens:
+        caught_up = request.num_computed_tokens + 1 == request.num_tokens_with_placeholders
+        if request.num_output_placeholders and caught_up:
             out.sampled_token_ids[request_id] = rng.randrange(3, 32000)
     return out
 
