@@ -17,7 +17,7 @@ the token axis, and Triton may use the warpgroup MMA (wgmma, M a multiple of 64)
 engine's kernel is the peer, timed in the same run over the same random cache; every
 output is checked against the fp32 reference first.
 
-    python bench/fp8_decode_transposed.py            # on a GPU
+    python bench/fp8_decode_transposed.py [--cache fp8|bf16|both]   # on a GPU
     TRITON_INTERPRET=1 python bench/fp8_decode_transposed.py --check   # CPU: correctness only
 
 `paged_decode_attention` here takes the engine's arguments (plus `group_n`), so
@@ -219,13 +219,15 @@ def reference_output(query, cache, table, seq_lens):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="small batches, correctness only")
+    parser.add_argument("--cache", choices=["fp8", "bf16", "both"], default="both")
     args = parser.parse_args()
     device = "cpu" if args.check else "cuda"
     rows = []
     # the interpreter's 16-bit products are not the tensor cores': float32 there
     wide = torch.float32 if args.check else torch.bfloat16
+    dtypes = {"fp8": [torch.float8_e4m3fn], "bf16": [wide], "both": [torch.float8_e4m3fn, wide]}
     for dtype, ((batch, low, high), splits) in itertools.product(
-        (torch.float8_e4m3fn, wide), (CHECKS if args.check else WORKLOADS).items()
+        dtypes[args.cache], (CHECKS if args.check else WORKLOADS).items()
     ):
         rng = random.Random(0)
         torch.manual_seed(0)
