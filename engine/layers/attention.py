@@ -99,6 +99,7 @@ class Attention(nn.Module):
             k_norm=None if k_norm is None else k_norm.weight,
             eps=q_norm.eps if q_norm is not None else 1e-6,
             kv_scales=scales,
+            one_token_a_sequence=meta.decode_only,
         )
 
 

@@ -165,6 +165,32 @@ def test_rope_and_store_of_a_prefill_fills_its_pages_like_the_reference(fused, k
     assert torch.isnan(slot_rows(cache)[:, untouched]).all()
 
 
+@pytest.mark.parametrize("one_token_a_sequence", [True, False])
+def test_rope_and_store_of_a_decode_step_past_16_rows(fused, one_token_a_sequence):
+    """A decode step of 20 sequences: one token each, on pages of their own in any order,
+    stored a token a program (one_token_a_sequence) or 16 a program; both as the reference."""
+    heads, kv_heads, dim, block_size, tokens = 4, 2, 32, 8, 20
+    pages = torch.randperm(24, generator=torch.Generator().manual_seed(0))[:tokens]
+    slots = (pages * block_size + torch.arange(tokens) % block_size).to(DEVICE)
+    positions = (torch.arange(tokens) * 3 + 1).to(DEVICE)
+    rotary = RotaryEmbedding(dim, 64, 10000.0, None).to(DEVICE)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, device=DEVICE)
+    q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
+    expected_q, expected_k = rotary(
+        positions, q.reshape(tokens, heads, dim), k.reshape(tokens, kv_heads, dim)
+    )
+    expected = poisoned(2, 24, block_size, kv_heads, dim)
+    reference.store_kv(expected_k, v.reshape(tokens, kv_heads, dim), expected, slots)
+    cache = poisoned(2, 24, block_size, kv_heads, dim)
+    got_q = fused.rope_and_store(
+        qkv, positions, rotary.cos, rotary.sin, cache, slots, heads, kv_heads, dim,
+        one_token_a_sequence=one_token_a_sequence,
+    )  # fmt: skip
+    torch.testing.assert_close(got_q, expected_q, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(slot_rows(cache), slot_rows(expected), atol=1e-5, rtol=1e-5,
+                               equal_nan=True)  # fmt: skip
+
+
 def test_rope_and_store_keeps_the_cache_finite_like_the_reference(fused):
     """NaN stored as 0 and inf saturated, as reference.store_kv does: the attention kernels
     read V a page at a time, and a stale NaN would poison the next sequence's sum."""
@@ -253,7 +279,7 @@ def test_fused_kernels_at_llama_8b_sizes_in_bf16(fused):
     rotary = RotaryEmbedding(dim, 4096, 500000.0, None).to("cuda")
     qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, device="cuda", dtype=torch.bfloat16)
     positions = torch.arange(tokens, device="cuda") + 7
-    pages = torch.randperm(64, device="cuda")[:19]
+    pages = torch.randperm(64, device="cuda")[:20]  # slots 7 .. 306 of 320
     slots = (pages[:, None] * 16 + torch.arange(16, device="cuda")).flatten()[7 : 7 + tokens]
     q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
     expected_q, expected_k = rotary(
