@@ -39,6 +39,7 @@ import functools
 import itertools
 import random
 
+import fp8_decode_vpages  # bench/fp8_decode_vpages.py: the batches
 import torch
 import triton
 import triton.language as tl
@@ -199,41 +200,6 @@ GRIDS = {
 }
 
 
-def make_batch(lens: list[int], dtype: torch.dtype, device: str):
-    """Random pages in random order, Llama-3.1-8B attention shapes; a float32 cache takes
-    a float32 query (the interpreter's check)."""
-    heads, kv_heads, dim, block = 32, 8, 128, 16
-    blocks = [-(-n // block) for n in lens]
-    ids = torch.randperm(sum(blocks), dtype=torch.int32)
-    table = torch.zeros(len(lens), max(blocks), dtype=torch.int32)
-    cursor = 0
-    for i, count in enumerate(blocks):
-        table[i, :count] = ids[cursor : cursor + count]
-        cursor += count
-    cache = torch.randn(2, sum(blocks), block, kv_heads, dim, device=device).to(dtype)
-    query_dtype = torch.float32 if dtype == torch.float32 else torch.bfloat16
-    query = torch.randn(len(lens), heads, dim, dtype=query_dtype, device=device)
-    seq_lens = torch.tensor(lens, dtype=torch.int32, device=device)
-    kv_bytes = sum(lens) * kv_heads * dim * 2 * cache.element_size()
-    return cache, table.to(device), seq_lens, query, kv_bytes
-
-
-def reference_output(query, cache, table, seq_lens):
-    """fp32 attention of each sequence over its gathered cache (both dtypes widened)."""
-    heads, dim = query.shape[1], query.shape[2]
-    key, value = cache[0].float(), reference.value_pages(cache).float()
-    outputs = []
-    for row, length in enumerate(seq_lens.tolist()):
-        slots = table[row, : -(-length // cache.shape[2])].long()
-        k = key[slots].flatten(0, 1)[:length]  # [tokens, kv_heads, dim]
-        v = value[slots].permute(0, 3, 1, 2).flatten(0, 1)[:length]  # pages: [slot, head, dim]
-        group = heads // k.shape[1]
-        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-        scores = torch.einsum("hd,thd->ht", query[row].float(), k) * dim**-0.5
-        outputs.append(torch.einsum("ht,thd->hd", scores.softmax(-1), v))
-    return torch.stack(outputs)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="small batches, correctness only")
@@ -250,8 +216,11 @@ def main() -> None:
         rng = random.Random(0)
         torch.manual_seed(0)
         lens = [rng.randint(low, high) for _ in range(batch)]
-        cache, table, seq_lens, query, kv_bytes = make_batch(lens, dtype, device)
-        expected = reference_output(query, cache, table, seq_lens)
+        cache, meta, query, kv_bytes = fp8_decode_vpages.make_batch(lens, dtype, device)
+        if dtype == torch.float32:  # the interpreter's check: a float32 query too
+            query = query.float()
+        table, seq_lens = meta.block_tables, meta.seq_lens
+        expected = reference.paged_attention(query, cache, meta, query.shape[2] ** -0.5).float()
         workspace = DecodeWorkspace(batch, query.shape[1], query.shape[2], 16, query.device)
         args_ = (query, cache, table, seq_lens, query.shape[2] ** -0.5, None, splits, workspace)
         engine, transposed = triton_decode.paged_decode_attention, paged_decode_attention
