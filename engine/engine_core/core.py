@@ -11,7 +11,6 @@ results, emits outputs and schedules. Outputs then trail the launches by one ste
 
 from __future__ import annotations
 
-import gc
 import logging
 from typing import TYPE_CHECKING
 
@@ -63,7 +62,6 @@ class EngineCore:
         self.scheduler = Scheduler(scheduler_config(config), self.kv_cache, admission)
         self.async_scheduling = config.async_scheduling
         self._in_flight: tuple[SchedulerOutput, PendingOutput] | None = None
-        freeze_startup_objects()
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -139,21 +137,8 @@ class EngineCore:
         return stats
 
     def shutdown(self) -> None:
-        """Stop the tensor-parallel workers, if any, and let the collector see what the
-        engine kept (idempotent; this thaws other engines' objects in the process too)."""
+        """Stop the tensor-parallel workers, if any (idempotent)."""
         self.executor.shutdown()
-        gc.unfreeze()
-
-
-def freeze_startup_objects() -> None:
-    """Exempt what exists once the engine is built from garbage collection: a Block per KV
-    cache block, the model's modules, the compiled kernels: hundreds of thousands of
-    objects that live as long as the engine, which every full collection would walk again
-    while the device waits for the next step (`python bench/gc_pauses.py`: at an H200's
-    117,871 blocks, a 1000-request run's longest pause 210-242 ms on a 2-core VM, 35-70
-    ms frozen). Garbage is collected first, so nothing dead is kept."""
-    gc.collect()
-    gc.freeze()
 
 
 def scheduler_config(config: EngineConfig) -> SchedulerConfig:

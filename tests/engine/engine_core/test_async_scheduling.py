@@ -8,8 +8,6 @@ tokens from the previous step's sampled tensor.
 
 from __future__ import annotations
 
-import gc
-
 import pytest
 
 from pagoda.engine import LLM, SamplingParams
@@ -110,18 +108,3 @@ def test_an_id_aborted_with_its_step_in_flight_can_be_reused_at_once(llama_dir):
     assert got == {"b": expected[0].outputs[0].token_ids, "a": expected[1].outputs[0].token_ids}
     kv_cache = engine.core.kv_cache
     assert kv_cache.pool.num_free_blocks == kv_cache.num_blocks
-
-
-def test_the_engine_freezes_what_it_keeps_until_it_shuts_down(llama_dir):
-    """Every KV-cache block (a Python object each) is exempt from full collections while
-    the engine runs, and handed back to the collector when it shuts down."""
-    gc.unfreeze()
-    llm = LLM(str(llama_dir), num_kv_blocks=300)
-    try:
-        frozen = gc.get_freeze_count()
-        assert frozen > llm.engine.core.kv_cache.num_blocks
-        llm.generate(parity_prompts(2), PARAMS["greedy"])
-        assert gc.get_freeze_count() <= frozen  # steps freeze nothing (frozen objects may die)
-    finally:
-        llm.shutdown()
-    assert gc.get_freeze_count() == 0
