@@ -135,32 +135,43 @@ def test_rope_and_store_matches_rotary_plus_store(fused, qk_norm):
     assert torch.isnan(slot_rows(cache)[:, untouched]).all()
 
 
-@pytest.mark.parametrize("kv_heads", [2, 3])
-def test_rope_and_store_of_a_prefill_fills_its_pages_like_the_reference(fused, kv_heads):
-    """Past a decode step's few rows, V is stored 16 tokens a program: here two prompts
-    (the second starting mid-page, as after a chunk), a partial last group of tokens, a
-    padded count of key/value heads (3), and slots left untouched between them."""
-    heads, dim, block_size = 6, 32, 8
-    first, second = list(range(3, 3 + 21)), list(range(44, 44 + 18))  # 39 tokens
-    slots = torch.tensor(first + second, device=DEVICE)
+def rope_and_store_against_the_reference(
+    fused, slots, positions, heads, kv_heads, dim, block_size, num_blocks, **options
+) -> torch.Tensor:
+    """rope_and_store of random q/k/v into a NaN-filled cache, checked against the
+    reference's rotation and store; returns the cache it wrote."""
     tokens = len(slots)
-    positions = torch.tensor(list(range(21)) + list(range(5, 23)), device=DEVICE)
     rotary = RotaryEmbedding(dim, 64, 10000.0, None).to(DEVICE)
     qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, device=DEVICE)
     q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
     expected_q, expected_k = rotary(
         positions, q.reshape(tokens, heads, dim), k.reshape(tokens, kv_heads, dim)
     )
-    expected = poisoned(2, 9, block_size, kv_heads, dim)
+    expected = poisoned(2, num_blocks, block_size, kv_heads, dim)
     reference.store_kv(expected_k, v.reshape(tokens, kv_heads, dim), expected, slots)
-    cache = poisoned(2, 9, block_size, kv_heads, dim)
+    cache = poisoned(2, num_blocks, block_size, kv_heads, dim)
     got_q = fused.rope_and_store(
-        qkv, positions, rotary.cos, rotary.sin, cache, slots, heads, kv_heads, dim
+        qkv, positions, rotary.cos, rotary.sin, cache, slots, heads, kv_heads, dim, **options
     )
     torch.testing.assert_close(got_q, expected_q, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(slot_rows(cache), slot_rows(expected), atol=1e-5, rtol=1e-5,
                                equal_nan=True)  # fmt: skip
-    untouched = torch.ones(9 * block_size, dtype=torch.bool, device=DEVICE)
+    return cache
+
+
+@pytest.mark.parametrize("kv_heads", [2, 3])
+def test_rope_and_store_of_a_prefill_fills_its_pages_like_the_reference(fused, kv_heads):
+    """Past a decode step's few rows, V is stored 16 tokens a program: here two prompts
+    (the second starting mid-page, as after a chunk), a partial last group of tokens, a
+    padded count of key/value heads (3), and slots left untouched between them."""
+    block_size, num_blocks = 8, 9
+    first, second = list(range(3, 3 + 21)), list(range(44, 44 + 18))  # 39 tokens
+    slots = torch.tensor(first + second, device=DEVICE)
+    positions = torch.tensor(list(range(21)) + list(range(5, 23)), device=DEVICE)
+    cache = rope_and_store_against_the_reference(
+        fused, slots, positions, 6, kv_heads, 32, block_size, num_blocks
+    )
+    untouched = torch.ones(num_blocks * block_size, dtype=torch.bool, device=DEVICE)
     untouched[slots] = False
     assert torch.isnan(slot_rows(cache)[:, untouched]).all()
 
@@ -169,26 +180,14 @@ def test_rope_and_store_of_a_prefill_fills_its_pages_like_the_reference(fused, k
 def test_rope_and_store_of_a_decode_step_past_16_rows(fused, one_token_a_sequence):
     """A decode step of 20 sequences: one token each, on pages of their own in any order,
     stored a token a program (one_token_a_sequence) or 16 a program; both as the reference."""
-    heads, kv_heads, dim, block_size, tokens = 4, 2, 32, 8, 20
-    pages = torch.randperm(24, generator=torch.Generator().manual_seed(0))[:tokens]
+    block_size, num_blocks, tokens = 8, 24, 20
+    pages = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(0))[:tokens]
     slots = (pages * block_size + torch.arange(tokens) % block_size).to(DEVICE)
     positions = (torch.arange(tokens) * 3 + 1).to(DEVICE)
-    rotary = RotaryEmbedding(dim, 64, 10000.0, None).to(DEVICE)
-    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, device=DEVICE)
-    q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
-    expected_q, expected_k = rotary(
-        positions, q.reshape(tokens, heads, dim), k.reshape(tokens, kv_heads, dim)
-    )
-    expected = poisoned(2, 24, block_size, kv_heads, dim)
-    reference.store_kv(expected_k, v.reshape(tokens, kv_heads, dim), expected, slots)
-    cache = poisoned(2, 24, block_size, kv_heads, dim)
-    got_q = fused.rope_and_store(
-        qkv, positions, rotary.cos, rotary.sin, cache, slots, heads, kv_heads, dim,
+    rope_and_store_against_the_reference(
+        fused, slots, positions, 4, 2, 32, block_size, num_blocks,
         one_token_a_sequence=one_token_a_sequence,
     )  # fmt: skip
-    torch.testing.assert_close(got_q, expected_q, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(slot_rows(cache), slot_rows(expected), atol=1e-5, rtol=1e-5,
-                               equal_nan=True)  # fmt: skip
 
 
 def test_rope_and_store_keeps_the_cache_finite_like_the_reference(fused):
