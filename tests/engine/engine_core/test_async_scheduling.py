@@ -8,6 +8,8 @@ tokens from the previous step's sampled tensor.
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from pagoda.engine import LLM, SamplingParams
@@ -108,3 +110,14 @@ def test_an_id_aborted_with_its_step_in_flight_can_be_reused_at_once(llama_dir):
     assert got == {"b": expected[0].outputs[0].token_ids, "a": expected[1].outputs[0].token_ids}
     kv_cache = engine.core.kv_cache
     assert kv_cache.pool.num_free_blocks == kv_cache.num_blocks
+
+
+def test_a_cpu_engine_leaves_the_collector_as_it_was(llama_dir):
+    """Only a GPU engine freezes its objects (tests/engine/runner/test_gpu_path.py): on a
+    CPU the full collection it costs at every start is not worth it."""
+    gc.unfreeze()
+    llm = LLM(str(llama_dir), device="cpu", num_kv_blocks=300)
+    try:
+        assert gc.get_freeze_count() == 0
+    finally:
+        llm.shutdown()

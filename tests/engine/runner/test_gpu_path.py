@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 
@@ -142,3 +144,18 @@ def test_two_gpus_give_the_tokens_of_the_cpu_reference(arch, tiny_model_dir):
     finally:
         llm.shutdown()
     assert_same_tokens(cpu, gpu, "2 GPUs")
+
+
+def test_a_gpu_engine_freezes_what_it_keeps_until_it_shuts_down(llama_dir):
+    """Every KV-cache block (a Python object each) is exempt from full collections while a
+    GPU engine runs, and handed back to the collector when it shuts down."""
+    gc.unfreeze()
+    llm = LLM(str(llama_dir), device="cuda", num_kv_blocks=300)
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > llm.engine.core.kv_cache.num_blocks
+        llm.generate(parity_prompts(2), GREEDY)
+        assert gc.get_freeze_count() <= frozen  # steps freeze nothing (frozen objects may die)
+    finally:
+        llm.shutdown()
+    assert gc.get_freeze_count() == 0
