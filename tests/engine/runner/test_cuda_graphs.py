@@ -105,6 +105,25 @@ PROMPTS = [
     "the shared system prompt says hello to everyone here and then " * 3 + ending
     for ending in ("stop", "go on", "and what else", "a b c d e f")
 ]
+PARAMS = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+SETTINGS = dict(
+    device="cpu",
+    max_num_seqs=4,
+    max_num_batched_tokens=48,  # chunked prefill: mixed steps with decodes
+    max_model_len=256,
+)
+
+
+@pytest.fixture(scope="module")
+def unpadded_tokens(llama_dir):
+    """The tokens of the unpadded engine, once for both scheduling modes (which give the
+    same tokens: test_async_scheduling.py), on the reference attention: the interpreted
+    kernels are what makes this test slow, and fp32 greedy tokens are the same on both."""
+    llm = LLM(str(llama_dir), attention_backend="torch", **SETTINGS)
+    try:
+        return [o.outputs[0].token_ids for o in llm.generate(PROMPTS, PARAMS)]
+    finally:
+        llm.shutdown()
 
 
 @pytest.mark.skipif(
@@ -112,18 +131,14 @@ PROMPTS = [
     reason="Triton runs interpreted only without a GPU; test_gpu_path.py checks real graphs",
 )
 @pytest.mark.parametrize("async_scheduling", [True, False])
-def test_padded_shapes_give_the_tokens_of_the_unpadded_engine(llama_dir, async_scheduling):
+def test_padded_shapes_give_the_tokens_of_the_unpadded_engine(
+    llama_dir, unpadded_tokens, async_scheduling
+):
     settings = dict(
-        device="cpu",
+        SETTINGS,
         attention_backend="triton",  # interpreted: the kernels that graphs capture
-        max_num_seqs=4,
-        max_num_batched_tokens=48,  # chunked prefill: mixed steps with decodes
-        max_model_len=256,
         async_scheduling=async_scheduling,
     )
-    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
-    expected = LLM(str(llama_dir), **settings).generate(PROMPTS, params)
-
     llm = LLM(str(llama_dir), **settings)
     runner = llm.engine.core.runner
     graphs = EagerReplay(
@@ -132,8 +147,8 @@ def test_padded_shapes_give_the_tokens_of_the_unpadded_engine(llama_dir, async_s
     graphs.capture(graph_sizes(4), ragged_graph_sizes(48))
     runner.graphs = graphs
     # one at a time (the second and later hit the prefix cache), then all together
-    padded = [llm.generate(p, params)[0] for p in PROMPTS[:2]] + llm.generate(PROMPTS, params)
+    padded = [llm.generate(p, PARAMS)[0] for p in PROMPTS[:2]] + llm.generate(PROMPTS, PARAMS)
 
     assert graphs.replays["decode"] and graphs.replays["ragged"]
-    for want, got in zip(expected[:2] + expected, padded, strict=True):
-        assert got.outputs[0].token_ids == want.outputs[0].token_ids
+    for want, got in zip(unpadded_tokens[:2] + unpadded_tokens, padded, strict=True):
+        assert got.outputs[0].token_ids == want
