@@ -1,6 +1,6 @@
 """The garbage collector's pauses in a throughput-shaped run of the engine's host side, with
-the objects that exist once the engine is built frozen (`gc.collect(); gc.freeze()`) and
-not.
+the engine's startup objects frozen (`EngineCore`'s `freeze_startup_objects`, which a GPU
+engine calls once built) and not.
 
     python bench/gc_pauses.py [--blocks 117871] [--requests 1000] [--running 512]
 
@@ -27,14 +27,14 @@ from scheduler_step import fake_sample, make_request
 
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
 from pagoda.engine.core.scheduler import Scheduler, SchedulerConfig
+from pagoda.engine.engine_core.core import freeze_startup_objects
 
 
 def run(blocks: int, requests: int, running: int, frozen: bool) -> dict:
     kv = KVCacheManager(blocks, 16, enable_prefix_caching=True, hash_seed=0)
     scheduler = Scheduler(SchedulerConfig(max_num_seqs=running, max_num_batched_tokens=8192), kv)
-    if frozen:  # what the engine keeps, out of the collector's walks
-        gc.collect()
-        gc.freeze()
+    if frozen:
+        freeze_startup_objects()
     started: dict[int, float] = {}
     pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
 
