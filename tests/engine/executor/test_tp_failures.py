@@ -27,7 +27,7 @@ def alive(pid: int) -> bool:
     """Running (a zombie waiting to be reaped counts as gone)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone, or reaped while /proc was read
         return False
     return state != "Z"
 
