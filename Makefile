@@ -12,8 +12,6 @@ PORT ?= 8000
 PAGODA_CACHE_DIR := $(or $(PAGODA_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pagoda)
 DEMO_MODEL ?= $(PAGODA_CACHE_DIR)/demo/smollm2-135m
 DEMO_STATE := .cache/demo
-# processes for the tests that need no cluster (`make test`): the cores, at most 4
-TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 )))
 
 .PHONY: setup test soak lint format run run-intro stop serve demo-model prometheus grafana-schema \
 	client-envs clean generate images images-push image-tools
@@ -37,14 +35,7 @@ $(STAMP): pyproject.toml constraints.txt
 test: setup k8s-tools demo-model prometheus grafana-schema image-tools client-envs
 	@# the images the image tests run (they skip, saying why, where nothing can build them)
 	@$(PYTHON) images/build.py --if-possible
-	@# The tests that need no cluster spread over TEST_WORKERS processes, a file to a worker
-	@# (its module fixtures and servers stay together); then the cluster scenarios one at a
-	@# time, since their deadlines assume the machine is theirs. Both run even when the
-	@# first fails, and either failing fails the target.
-	@status=0; \
-	$(BIN)/pytest --ignore=tests/e2e -n $(TEST_WORKERS) --dist loadfile || status=$$?; \
-	$(BIN)/pytest tests/e2e || status=$$?; \
-	exit $$status
+	$(BIN)/pytest
 
 # Grafana's dashboard types and tsc (npm), which the dashboards' schema test runs.
 grafana-schema: setup
