@@ -15,6 +15,7 @@ import httpx
 import openai
 import pytest
 
+from e2e import wait_for
 from tests.engine.entrypoints.live_server import LiveServer, free_port
 from tests.operator.router.live_router import LiveRouter
 
@@ -269,6 +270,13 @@ def test_an_engine_that_answers_errors_is_retried_and_counted_per_revision(
     try:
         failing = f"http://127.0.0.1:{port}"
         router = start_router("--endpoints", endpoints(failing, engines[0]), routable=2)
+        # until an engine's load is read the router counts it as fully loaded and sends
+        # nothing there (on a busy machine the stub's first read can come late)
+        wait_for(
+            lambda: all(e["running"] is not None for e in router.stats()["engines"]),
+            "both engines' load read",
+            30,
+        )
         for i in range(10):
             done = client(router).completions.create(model="tiny", prompt=f"p{i}", **GREEDY)
             assert done.usage.completion_tokens == 6
