@@ -2,6 +2,8 @@
 
     python bench/kernel_sweep.py                  # bf16 KV cache
     python bench/kernel_sweep.py --kv-cache-dtype fp8 --batch-1 no
+    python bench/kernel_sweep.py --kv-cache-dtype fp8 --batches 256,512 --warps 4,8 \
+        --long no --batch-1 no --prefill no
 
 A float8 cache multiplies in fp16, as triton_decode.dot_in_fp16 chooses (products in
 bf16 were 11% slower: bench/results/2026-11-29-h200-kernel-sweep-decode-fp8.txt).
@@ -27,6 +29,7 @@ HEADS, KV_HEADS, DIM, BLOCK = 32, 8, 128, 16
 
 
 KV_DTYPE = torch.bfloat16  # --kv-cache-dtype
+WARPS = [4]  # --warps: the warps a program for the large batches
 
 
 def make_batch(seq_lens: list[int], query_lens: list[int]):
@@ -66,7 +69,7 @@ def sweep_decode(batch: int, low: int, high: int) -> None:
     workspace = triton_decode.DecodeWorkspace(batch, HEADS, DIM, 16, torch.device("cuda"))
     rows = []
     if batch > 32:
-        grid = itertools.product([1, 2], [64, 128, 256], [4], [2, 3, 4])
+        grid = itertools.product([1, 2], [64, 128, 256], WARPS, [2, 3, 4])
     elif batch > 1:
         grid = itertools.product([1, 2, 4], [64, 128], [4], [2, 3, 4])
     else:
@@ -153,9 +156,17 @@ if __name__ == "__main__":
     parser.add_argument("--batch-1", choices=["yes", "no"], default="yes")
     parser.add_argument("--long", choices=["yes", "no"], default="yes")
     parser.add_argument("--prefill", choices=["yes", "no"], default="yes")
+    parser.add_argument(
+        "--batches", default="256", help="comma-separated decode batch sizes at 1-2k contexts"
+    )
+    parser.add_argument(
+        "--warps", default="4", help="comma-separated warps a program to sweep at those batches"
+    )
     args = parser.parse_args()
     KV_DTYPE = torch.float8_e4m3fn if args.kv_cache_dtype == "fp8" else torch.bfloat16
-    sweep_decode(256, 1024, 2048)
+    WARPS = [int(w) for w in args.warps.split(",")]
+    for batch in (int(b) for b in args.batches.split(",")):
+        sweep_decode(batch, 1024, 2048)
     if args.long == "yes":
         sweep_decode(32, 4096, 8192)
     if args.batch_1 == "yes":

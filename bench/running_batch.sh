@@ -37,6 +37,8 @@ print(f"{sys.argv[2]}: {f['output_tokens_per_s']:.0f} output tok/s, elapsed {f['
       f"eager {p.get('steps_eager', 0):.0f} steps {p.get('device_s_eager', 0):.1f} s, "
       f"between {p.get('between_steps_s', 0):.1f} s: idle before decode "
       f"{p.get('idle_s_before_decode_graph', 0):.1f} s, before eager {p.get('idle_s_before_eager', 0):.1f} s, "
+      f"after decode {p.get('idle_s_after_decode_graph', 0):.1f} s, after eager {p.get('idle_s_after_eager', 0):.1f} s, "
+      f"{p.get('idle_s_in_waits_over_1ms', 0):.1f} s in {p.get('waits_over_1ms', 0):.0f} waits over 1 ms, "
       f"longest {p.get('longest_idle_ms', 0):.0f} ms), decode step "
       f"{f.get('decode_step_ms', float('nan')):.2f} ms, {f.get('preemptions', '?')} preempted; "
       f"wall {sys.argv[3]} s")

@@ -34,21 +34,26 @@ class StepProfile:
         self._spans.append((kind, start, end))
 
     def summary(self) -> dict[str, float]:
-        """Steps, device seconds and idle seconds before them, per kind, since the last
-        summary (waits for the device)."""
-        figures = ("steps", "device_s", "idle_s_before")
+        """Steps, device seconds and idle seconds before and after them, per kind, since
+        the last summary (waits for the device)."""
+        figures = ("steps", "device_s", "idle_s_before", "idle_s_after")
         totals = {f"{what}_{kind}": 0.0 for kind in KINDS for what in figures}
-        totals["longest_idle_ms"] = 0.0
+        totals.update(longest_idle_ms=0.0, idle_s_in_waits_over_1ms=0.0, waits_over_1ms=0.0)
         if self._spans:
             self._spans[-1][2].synchronize()
-        previous_end = None
+        previous: tuple[str, torch.cuda.Event] | None = None
         for kind, start, end in self._spans:
             totals[f"steps_{kind}"] += 1
             totals[f"device_s_{kind}"] += start.elapsed_time(end) / 1e3
-            if previous_end is not None:
+            if previous is not None:
+                previous_kind, previous_end = previous
                 idle_ms = max(0.0, previous_end.elapsed_time(start))
                 totals[f"idle_s_before_{kind}"] += idle_ms / 1e3
+                totals[f"idle_s_after_{previous_kind}"] += idle_ms / 1e3
                 totals["longest_idle_ms"] = max(totals["longest_idle_ms"], idle_ms)
-            previous_end = end
+                if idle_ms > 1.0:
+                    totals["idle_s_in_waits_over_1ms"] += idle_ms / 1e3
+                    totals["waits_over_1ms"] += 1
+            previous = kind, end
         self._spans.clear()
         return totals

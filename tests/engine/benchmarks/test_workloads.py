@@ -29,11 +29,18 @@ def test_throughput_counts_every_generated_token(llm):
         assert 0 < profile["device_s_decode_graph"] < figures["elapsed_s"]
         idle = sum(profile[f"idle_s_before_{kind}"] for kind in step_profile.KINDS)
         assert 0 <= profile["longest_idle_ms"] / 1e3 <= idle <= profile["between_steps_s"]
+        after = sum(profile[f"idle_s_after_{kind}"] for kind in step_profile.KINDS)
+        assert after == pytest.approx(idle)  # the same waits, by the step before them
+        assert profile["idle_s_in_waits_over_1ms"] <= idle
+        assert profile["waits_over_1ms"] <= sum(
+            profile[f"steps_{kind}"] for kind in step_profile.KINDS
+        )
     else:
         assert profile["steps_eager"] == profile["steps_decode_graph"] == 0
         assert profile["steps_ragged_graph"] == 0
         assert profile["between_steps_s"] == figures["elapsed_s"]
         assert profile["idle_s_before_decode_graph"] == profile["longest_idle_ms"] == 0
+        assert profile["idle_s_after_eager"] == profile["waits_over_1ms"] == 0
 
 
 def test_throughput_counts_the_preemptions_of_its_run(llama_dir):
