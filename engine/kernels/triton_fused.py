@@ -273,26 +273,28 @@ def _rope_and_store_kernel(
     NUM_KV_HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     HEADS_PADDED: tl.constexpr,
-    KV_HEADS_PADDED: tl.constexpr,
     HALF_PADDED: tl.constexpr,
     DIM_PADDED: tl.constexpr,
     QK_NORM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     V_TOKENS: tl.constexpr,  # tokens a program of part 2 stores V of
+    V_HEADS: tl.constexpr,  # key/value heads a program of part 2 stores V of (a power of 2)
+    V_HEAD_GROUPS: tl.constexpr,  # cdiv(NUM_KV_HEADS, V_HEADS)
     CACHE_MAX: tl.constexpr,  # the cache dtype's largest value: stores saturate
     PDL: tl.constexpr,
 ):
     """Program (i, part): part 0 rotates token i's query heads, part 1 its key heads and
-    stores them; part 2 stores V for tokens i * V_TOKENS.. (the programs past the last
-    token store nothing)."""
+    stores them; part 2 stores V of V_HEADS heads of V_TOKENS tokens, the heads' group
+    i % V_HEAD_GROUPS of the tokens' group i // V_HEAD_GROUPS (the programs past the
+    last group store nothing)."""
     pdl.release_dependents(PDL)
     pdl.wait_for_inputs(PDL)
     part = tl.program_id(1)
     if part == 2:
         _store_value_pages(
             qkv_ptr, slot_mapping_ptr, v_cache_ptr, num_tokens, v_inv_scale, stride_qkv,
-            stride_v_block, stride_v_head, NUM_HEADS, NUM_KV_HEADS, HEAD_DIM,
-            KV_HEADS_PADDED, DIM_PADDED, BLOCK_SIZE, V_TOKENS, CACHE_MAX,
+            stride_v_block, stride_v_head, NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, DIM_PADDED,
+            BLOCK_SIZE, V_TOKENS, V_HEADS, V_HEAD_GROUPS, CACHE_MAX,
         )  # fmt: skip
     else:
         _rotate_and_store(
@@ -366,19 +368,22 @@ def _rotate_and_store(
 def _store_value_pages(
     qkv_ptr, slot_mapping_ptr, v_cache_ptr, num_tokens, v_inv_scale, stride_qkv,
     stride_v_block, stride_v_head, NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr,
-    HEAD_DIM: tl.constexpr, KV_HEADS_PADDED: tl.constexpr, DIM_PADDED: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, V_TOKENS: tl.constexpr, CACHE_MAX: tl.constexpr,
+    HEAD_DIM: tl.constexpr, DIM_PADDED: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+    V_TOKENS: tl.constexpr, V_HEADS: tl.constexpr, V_HEAD_GROUPS: tl.constexpr,
+    CACHE_MAX: tl.constexpr,
 ):  # fmt: skip
-    """V of tokens program_id(0) * V_TOKENS.. into its pages, [kv_heads, dim, slot] a
-    block. The tile is [tokens, kv_heads, dim]: read along dim, and stored with the
-    tokens as its first axis, which Triton lays fastest across threads where the
-    addresses say nothing (they come from the slot mapping): a prefill's consecutive
-    tokens fill a page's consecutive slots, so a warp writes whole runs of a page's row
-    instead of one element every BLOCK_SIZE."""
-    offs_t = tl.program_id(0) * V_TOKENS + tl.arange(0, V_TOKENS)
+    """V of a group of V_TOKENS tokens and V_HEADS heads into its pages, [kv_heads, dim,
+    slot] a block (program_id(0): the tokens' group × V_HEAD_GROUPS + the heads'). The
+    tile is [tokens, heads, dim]: read along dim, and stored with the tokens as its first
+    axis, which Triton lays fastest across threads where the addresses say nothing (they
+    come from the slot mapping): a prefill's consecutive tokens fill a page's consecutive
+    slots, so a warp writes whole runs of a page's row instead of one element every
+    BLOCK_SIZE."""
+    program = tl.program_id(0)
+    offs_t = (program // V_HEAD_GROUPS) * V_TOKENS + tl.arange(0, V_TOKENS)
     t_mask = offs_t < num_tokens
     slot = tl.load(slot_mapping_ptr + offs_t, mask=t_mask, other=0)
-    offs_h = tl.arange(0, KV_HEADS_PADDED)
+    offs_h = (program % V_HEAD_GROUPS) * V_HEADS + tl.arange(0, V_HEADS)
     offs_d = tl.arange(0, DIM_PADDED)
     mask = (
         t_mask[:, None, None]
@@ -423,7 +428,9 @@ def rope_and_store(
     tokens = qkv.shape[0]
     q = torch.empty((tokens, num_heads, head_dim), dtype=qkv.dtype, device=qkv.device)
     key_cache, value_cache = kv_cache[0], reference.value_pages(kv_cache)
-    v_tokens = 1 if one_token_a_sequence or tokens <= pdl.MAX_ROWS else V_TOKENS
+    v_tokens, v_heads = _value_store_tile(tokens, num_kv_heads, one_token_a_sequence)
+    v_head_groups = triton.cdiv(num_kv_heads, v_heads)
+    assert triton.cdiv(tokens, v_tokens) * v_head_groups <= tokens  # the grid has enough
     _rope_and_store_kernel[(tokens, 3)](
         qkv,
         positions,
@@ -451,13 +458,28 @@ def rope_and_store(
         NUM_KV_HEADS=num_kv_heads,
         HEAD_DIM=head_dim,
         HEADS_PADDED=triton.next_power_of_2(num_heads),
-        KV_HEADS_PADDED=triton.next_power_of_2(num_kv_heads),
         HALF_PADDED=triton.next_power_of_2(head_dim // 2),
         DIM_PADDED=triton.next_power_of_2(head_dim),
         QK_NORM=q_norm is not None,
         BLOCK_SIZE=kv_cache.shape[2],
         V_TOKENS=v_tokens,
+        V_HEADS=v_heads,
+        V_HEAD_GROUPS=v_head_groups,
         CACHE_MAX=torch.finfo(kv_cache.dtype).max,
         **pdl.launch_options(qkv.device, tokens),
     )
     return q
+
+
+def _value_store_tile(tokens: int, num_kv_heads: int, one_token_a_sequence: bool):
+    """(tokens, heads) of V a program of rope_and_store stores. A decode step's tokens are
+    one a sequence, each on a page of its own: a token's heads a program. Past that,
+    V_TOKENS tokens of as few heads as keep the programs at most the tokens (the grid has
+    a program a token): at most V_TOKENS // 2 groups of heads, so cdiv(tokens, V_TOKENS)
+    groups of tokens times them stay within any count of tokens past V_TOKENS. One tile
+    of every head (16 × 8 × 128 elements) held 255 registers a thread and spilled, and
+    the rotary programs compiled beside it ran two blocks an SM."""
+    if one_token_a_sequence or tokens <= pdl.MAX_ROWS:
+        return 1, triton.next_power_of_2(num_kv_heads)
+    heads = triton.next_power_of_2(triton.cdiv(num_kv_heads, V_TOKENS // 2))
+    return V_TOKENS, heads

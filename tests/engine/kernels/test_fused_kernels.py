@@ -159,21 +159,32 @@ def rope_and_store_against_the_reference(
     return cache
 
 
-@pytest.mark.parametrize("kv_heads", [2, 3])
-def test_rope_and_store_of_a_prefill_fills_its_pages_like_the_reference(fused, kv_heads):
-    """Past a decode step's few rows, V is stored 16 tokens a program: here two prompts
-    (the second starting mid-page, as after a chunk), a partial last group of tokens, a
-    padded count of key/value heads (3), and slots left untouched between them."""
+@pytest.mark.parametrize("heads,kv_heads", [(6, 2), (6, 3), (9, 9)])
+def test_rope_and_store_of_a_prefill_fills_its_pages_like_the_reference(fused, heads, kv_heads):
+    """Past a decode step's few rows, V is stored 16 tokens of a few heads a program: here
+    two prompts (the second starting mid-page, as after a chunk), a partial last group of
+    tokens, key/value heads one a program (2, 3) and two a program with the last pair
+    half padding (9), and slots left untouched between them."""
     block_size, num_blocks = 8, 9
     first, second = list(range(3, 3 + 21)), list(range(44, 44 + 18))  # 39 tokens
     slots = torch.tensor(first + second, device=DEVICE)
     positions = torch.tensor(list(range(21)) + list(range(5, 23)), device=DEVICE)
     cache = rope_and_store_against_the_reference(
-        fused, slots, positions, 6, kv_heads, 32, block_size, num_blocks
+        fused, slots, positions, heads, kv_heads, 32, block_size, num_blocks
     )
     untouched = torch.ones(num_blocks * block_size, dtype=torch.bool, device=DEVICE)
     untouched[slots] = False
     assert torch.isnan(slot_rows(cache)[:, untouched]).all()
+
+
+@pytest.mark.parametrize("kv_heads", [1, 8, 32])
+def test_rope_and_store_of_17_tokens_stores_every_head(fused, kv_heads):
+    """The fewest tokens stored 16 a program: two groups of tokens, the second of one
+    token, times up to 8 groups of heads, all within the grid's 17 programs."""
+    slots = torch.arange(5, 5 + 17, device=DEVICE)
+    rope_and_store_against_the_reference(
+        fused, slots, torch.arange(17, device=DEVICE), kv_heads, kv_heads, 16, 16, 3
+    )
 
 
 @pytest.mark.parametrize("one_token_a_sequence", [True, False])
