@@ -33,6 +33,7 @@ from pagoda.engine.kernels import (
     triton_attention,
     triton_decode,
     triton_fp8,
+    triton_fp8_gemv,
     triton_fused,
     triton_skinny,
     triton_w8a8_few_rows,
@@ -274,6 +275,28 @@ def w8a8_few_rows_cases() -> list[Case]:
     return cases
 
 
+def fp8_gemv_cases() -> list[Case]:
+    """One row of o and down, per-channel scales (q/k/v and gate/up go to W8A8)."""
+    shapes = {"o_proj": (HIDDEN, HIDDEN), "down_proj": (HIDDEN, INTERMEDIATE)}
+    cases = []
+    for name, (fan_out, fan_in) in shapes.items():
+        launch = triton_fp8_gemv.SETTINGS[name]
+        args = {
+            "x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "bias_ptr": "*fp32",
+            "out_ptr": "*bf16", "M": 1, "N": fan_out, "K": fan_in, "stride_xm": fan_in,
+            "stride_wn": fan_in, "stride_om": fan_out, "stride_scale": 1,
+        }  # fmt: skip
+        constants = {
+            "HAS_BIAS": False, "ROWS": 1, "BLOCK_N": launch["block_n"],
+            "BLOCK_K": launch["block_k"], "EVEN_K": fan_in % launch["block_k"] == 0,
+            "SCALE_ROWS": 1, "SCALE_COLS": 0, "PDL": True,
+        }  # fmt: skip
+        kernel = triton_fp8_gemv._fp8_gemv_kernel
+        warps, stages = launch["num_warps"], launch["num_stages"]
+        cases.append(Case(f"FP8 GEMV one row, {name}", kernel, args, constants, warps, stages))
+    return cases
+
+
 def all_cases() -> list[Case]:
     return [
         *rope_and_store_cases(),
@@ -281,6 +304,7 @@ def all_cases() -> list[Case]:
         *prefill_attention_cases(),
         *fused_cases(),
         *w8a8_few_rows_cases(),
+        *fp8_gemv_cases(),
     ]
 
 
