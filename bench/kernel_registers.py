@@ -275,6 +275,31 @@ def w8a8_few_rows_cases() -> list[Case]:
     return cases
 
 
+def skinny_cases() -> list[Case]:
+    """bf16 weights at 1-16 rows: the projections the kernel plan hands to Triton."""
+    shapes = {
+        "qkv_proj": ((HEADS + 2 * KV_HEADS) * DIM, HIDDEN),
+        "o_proj": (HIDDEN, HIDDEN),
+        "down_proj": (HIDDEN, INTERMEDIATE),
+    }
+    cases = []
+    for name, (fan_out, fan_in) in shapes.items():
+        launch = triton_skinny.SETTINGS[name]
+        args = {
+            "x_ptr": "*bf16", "w_ptr": "*bf16", "bias_ptr": "*bf16", "out_ptr": "*bf16",
+            "M": 4, "N": fan_out, "K": fan_in, "stride_xm": fan_in, "stride_wn": fan_in,
+            "stride_om": fan_out,
+        }  # fmt: skip
+        constants = {
+            "HAS_BIAS": False, "BLOCK_N": launch["block_n"], "BLOCK_K": launch["block_k"],
+            "IEEE_FP32": False, "PDL": True,
+        }  # fmt: skip
+        kernel = triton_skinny._skinny_matmul_kernel
+        warps, stages = launch["num_warps"], launch["num_stages"]
+        cases.append(Case(f"bf16 few rows, {name}", kernel, args, constants, warps, stages))
+    return cases
+
+
 def fp8_gemv_cases() -> list[Case]:
     """One row of o and down, per-channel scales (q/k/v and gate/up go to W8A8)."""
     shapes = {"o_proj": (HIDDEN, HIDDEN), "down_proj": (HIDDEN, INTERMEDIATE)}
@@ -305,6 +330,7 @@ def all_cases() -> list[Case]:
         *fused_cases(),
         *w8a8_few_rows_cases(),
         *fp8_gemv_cases(),
+        *skinny_cases(),
     ]
 
 
