@@ -35,6 +35,7 @@ from pagoda.engine.kernels import (
     triton_fp8,
     triton_fp8_gemv,
     triton_fused,
+    triton_lora,
     triton_skinny,
     triton_w8a8_few_rows,
 )
@@ -57,7 +58,7 @@ class Case:
     args: dict[str, str | int | float]
     constants: dict[str, object]
     num_warps: int
-    num_stages: int = 2
+    num_stages: int = 3  # Triton's default, where the engine passes none
 
 
 @dataclasses.dataclass(frozen=True)
@@ -322,6 +323,37 @@ def fp8_gemv_cases() -> list[Case]:
     return cases
 
 
+def lora_cases() -> list[Case]:
+    """Multi-LoRA's shrink and expand (8 slots of rank 16), at a 512-row decode step (the
+    shrink split 2 ways, as split_k chooses) and the expand of a long prefill step."""
+    slots, rs = 8, 16
+    lookup = {"sorted_ptr": "*i32", "starts_ptr": "*i32", "counts_ptr": "*i32"}
+    shrink_args = {
+        "x_ptr": "*bf16", "a_ptr": "*bf16", "out_ptr": "*fp32", **lookup, "K": HIDDEN,
+        "RS": rs, "stride_x": HIDDEN, "stride_a_slot": rs * HIDDEN, "stride_a_row": HIDDEN,
+        "stride_out_split": 512 * rs, "stride_out": rs, "K_PER_SPLIT": HIDDEN // 2,
+    }  # fmt: skip
+    shrink = {
+        "NUM_SLOTS": slots, "BLOCK_M": triton_lora.BLOCK_M, "BLOCK_N": rs, "BLOCK_K": 64,
+        "SPLIT_K": triton_lora.split_k(512, rs, HIDDEN), "IEEE_FP32": False,
+    }  # fmt: skip
+    fan_out = 2 * INTERMEDIATE
+    expand_args = {
+        "s_ptr": "*fp32", "b_ptr": "*bf16", "y_ptr": "*bf16", **lookup, "N": fan_out,
+        "RS": rs, "stride_s_split": 512 * rs, "stride_s": rs, "stride_b_slot": fan_out * rs,
+        "stride_b_row": rs, "stride_y": fan_out,
+    }  # fmt: skip
+    cases = [Case("LoRA shrink, 512 rows", triton_lora._shrink_kernel, shrink_args, shrink, 4)]
+    for tokens in (512, triton_lora.LARGE_STEP):
+        expand = {
+            "NUM_SLOTS": slots, "BLOCK_M": triton_lora.expand_block_m(tokens),
+            "BLOCK_N": 128, "BLOCK_R": rs, "SPLIT_K": shrink["SPLIT_K"], "IEEE_FP32": False,
+        }  # fmt: skip
+        name = f"LoRA expand (gate/up), {tokens} rows"
+        cases.append(Case(name, triton_lora._expand_kernel, expand_args, expand, 4))
+    return cases
+
+
 def all_cases() -> list[Case]:
     return [
         *rope_and_store_cases(),
@@ -331,6 +363,7 @@ def all_cases() -> list[Case]:
         *w8a8_few_rows_cases(),
         *fp8_gemv_cases(),
         *skinny_cases(),
+        *lora_cases(),
     ]
 
 
