@@ -45,6 +45,12 @@ HOPPER = GPUTarget("cuda", 90, 32)
 REGISTERS_PER_SM, MAX_THREADS_PER_SM, SHARED_PER_SM = 65536, 2048, 228 * 1024
 SHARED_RESERVED_PER_BLOCK = 1024  # what CUDA keeps of an SM's shared memory a block
 HEADS, KV_HEADS, DIM, BLOCK, HIDDEN, INTERMEDIATE = 32, 8, 128, 16, 4096, 14336
+PROJECTIONS = {  # (out, in) of each projection
+    "qkv_proj": ((HEADS + 2 * KV_HEADS) * DIM, HIDDEN),
+    "o_proj": (HIDDEN, HIDDEN),
+    "gate_up_proj": (2 * INTERMEDIATE, HIDDEN),
+    "down_proj": (HIDDEN, INTERMEDIATE),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,14 +249,8 @@ def fused_cases() -> list[Case]:
 
 
 def w8a8_few_rows_cases() -> list[Case]:
-    shapes = {  # (out, in) of each projection
-        "qkv_proj": ((HEADS + 2 * KV_HEADS) * DIM, HIDDEN),
-        "o_proj": (HIDDEN, HIDDEN),
-        "gate_up_proj": (2 * INTERMEDIATE, HIDDEN),
-        "down_proj": (HIDDEN, INTERMEDIATE),
-    }
     cases = []
-    for name, (fan_out, fan_in) in shapes.items():
+    for name, (fan_out, fan_in) in PROJECTIONS.items():
         launch = triton_skinny.FP8_SETTINGS[name]["w8a8"]["launch"]
         args = {
             "x_ptr": "*fp8e4nv", "x_scale_ptr": "*fp32", "w_ptr": "*fp8e4nv",
@@ -278,14 +278,9 @@ def w8a8_few_rows_cases() -> list[Case]:
 
 def skinny_cases() -> list[Case]:
     """bf16 weights at 1-16 rows: the projections the kernel plan hands to Triton."""
-    shapes = {
-        "qkv_proj": ((HEADS + 2 * KV_HEADS) * DIM, HIDDEN),
-        "o_proj": (HIDDEN, HIDDEN),
-        "down_proj": (HIDDEN, INTERMEDIATE),
-    }
     cases = []
-    for name, (fan_out, fan_in) in shapes.items():
-        launch = triton_skinny.SETTINGS[name]
+    for name, launch in triton_skinny.SETTINGS.items():
+        fan_out, fan_in = PROJECTIONS[name]
         args = {
             "x_ptr": "*bf16", "w_ptr": "*bf16", "bias_ptr": "*bf16", "out_ptr": "*bf16",
             "M": 4, "N": fan_out, "K": fan_in, "stride_xm": fan_in, "stride_wn": fan_in,
@@ -303,9 +298,9 @@ def skinny_cases() -> list[Case]:
 
 def fp8_gemv_cases() -> list[Case]:
     """One row of o and down, per-channel scales (q/k/v and gate/up go to W8A8)."""
-    shapes = {"o_proj": (HIDDEN, HIDDEN), "down_proj": (HIDDEN, INTERMEDIATE)}
     cases = []
-    for name, (fan_out, fan_in) in shapes.items():
+    for name in ("o_proj", "down_proj"):
+        fan_out, fan_in = PROJECTIONS[name]
         launch = triton_fp8_gemv.SETTINGS[name]
         args = {
             "x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "bias_ptr": "*fp32",
@@ -325,17 +320,19 @@ def fp8_gemv_cases() -> list[Case]:
 
 def lora_cases() -> list[Case]:
     """Multi-LoRA's shrink and expand (8 slots of rank 16), at a 512-row decode step (the
-    shrink split 2 ways, as split_k chooses) and the expand of a long prefill step."""
-    slots, rs = 8, 16
+    shrink split as split_k chooses) and the expand of a long prefill step."""
+    slots, rs, block_k = 8, 16, 64
+    splits = triton_lora.split_k(512, rs, HIDDEN)
     lookup = {"sorted_ptr": "*i32", "starts_ptr": "*i32", "counts_ptr": "*i32"}
     shrink_args = {
         "x_ptr": "*bf16", "a_ptr": "*bf16", "out_ptr": "*fp32", **lookup, "K": HIDDEN,
         "RS": rs, "stride_x": HIDDEN, "stride_a_slot": rs * HIDDEN, "stride_a_row": HIDDEN,
-        "stride_out_split": 512 * rs, "stride_out": rs, "K_PER_SPLIT": HIDDEN // 2,
+        "stride_out_split": 512 * rs, "stride_out": rs,
+        "K_PER_SPLIT": triton.cdiv(triton.cdiv(HIDDEN, splits), block_k) * block_k,
     }  # fmt: skip
     shrink = {
-        "NUM_SLOTS": slots, "BLOCK_M": triton_lora.BLOCK_M, "BLOCK_N": rs, "BLOCK_K": 64,
-        "SPLIT_K": triton_lora.split_k(512, rs, HIDDEN), "IEEE_FP32": False,
+        "NUM_SLOTS": slots, "BLOCK_M": triton_lora.BLOCK_M, "BLOCK_N": rs,
+        "BLOCK_K": block_k, "SPLIT_K": splits, "IEEE_FP32": False,
     }  # fmt: skip
     fan_out = 2 * INTERMEDIATE
     expand_args = {
@@ -347,7 +344,7 @@ def lora_cases() -> list[Case]:
     for tokens in (512, triton_lora.LARGE_STEP):
         expand = {
             "NUM_SLOTS": slots, "BLOCK_M": triton_lora.expand_block_m(tokens),
-            "BLOCK_N": 128, "BLOCK_R": rs, "SPLIT_K": shrink["SPLIT_K"], "IEEE_FP32": False,
+            "BLOCK_N": 128, "BLOCK_R": rs, "SPLIT_K": splits, "IEEE_FP32": False,
         }  # fmt: skip
         name = f"LoRA expand (gate/up), {tokens} rows"
         cases.append(Case(name, triton_lora._expand_kernel, expand_args, expand, 4))
